@@ -1,0 +1,327 @@
+//! Conversation records and the message endpoints' request/response shapes, plus the one
+//! reading of message text (`content_text`) and the validation every append obeys.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{MAX_APPEND_MESSAGES, MAX_RESOURCE_ID_CHARS, MAX_SEARCH_QUERY_BYTES};
+
+/// Many-to-many domain associations carried on a scope.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceRelations {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtime_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub user_ids: Vec<String>,
+}
+
+impl ResourceRelations {
+    pub fn is_empty(&self) -> bool {
+        self.agent_ids.is_empty() && self.runtime_ids.is_empty() && self.user_ids.is_empty()
+    }
+}
+
+/// Identifies the conversation a record belongs to; `conversation_id` is the partition key.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationScope {
+    pub conversation_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_space_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_type: Option<String>,
+    #[serde(default, skip_serializing_if = "ResourceRelations::is_empty")]
+    pub relations: ResourceRelations,
+}
+
+impl ConversationScope {
+    pub fn conversation(conversation_id: impl Into<String>) -> Self {
+        Self {
+            conversation_id: conversation_id.into(),
+            ..Default::default()
+        }
+    }
+
+    /// The agent this conversation is listed under: the scope's `agentId`, else the first
+    /// related agent.
+    pub fn listing_agent(&self) -> Option<&str> {
+        self.agent_id
+            .as_deref()
+            .or_else(|| self.relations.agent_ids.first().map(String::as_str))
+    }
+}
+
+/// One durable conversation message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationRecord {
+    pub id: String,
+    pub scope: ConversationScope,
+    pub role: String,
+    pub content: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default)]
+    pub sequence: i64,
+    #[serde(default)]
+    pub created_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub metadata: Value,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppendMessagesRequest {
+    pub messages: Vec<ConversationRecord>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppendResponse {
+    pub appended: usize,
+    pub skipped: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecentMessagesRequest {
+    pub scope: ConversationScope,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+}
+
+/// Records in chronological order, oldest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessagesResponse {
+    pub items: Vec<ConversationRecord>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PageMessagesRequest {
+    pub scope: ConversationScope,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessagePage {
+    pub items: Vec<ConversationRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListConversationsRequest {
+    pub agent_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationSummary {
+    pub conversation_id: String,
+    pub agent_id: String,
+    pub message_count: u64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationsResponse {
+    pub items: Vec<ConversationSummary>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchMessagesRequest {
+    pub scope: ConversationScope,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+/// The roles a record may carry.
+pub const MESSAGE_ROLES: [&str; 5] = ["user", "assistant", "tool", "system", "event"];
+
+/// Extract plain text from a message `content` value: a string, or an array of parts
+/// whose `text` (or bare string) values are joined by newlines.
+pub fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(value) => value.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|part| {
+                part.get("text")
+                    .and_then(Value::as_str)
+                    .or_else(|| part.as_str())
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// The normalised form substring search runs over; queries are folded the same way.
+pub fn search_fold(text: &str) -> String {
+    text.to_lowercase()
+}
+
+/// A resource id must be non-empty and at most `MAX_RESOURCE_ID_CHARS` characters.
+pub fn validate_resource_id(what: &str, id: &str) -> Result<(), String> {
+    if id.trim().is_empty() {
+        return Err(format!("{what} must not be empty"));
+    }
+    if id.chars().count() > MAX_RESOURCE_ID_CHARS {
+        return Err(format!(
+            "{what} must be at most {MAX_RESOURCE_ID_CHARS} characters"
+        ));
+    }
+    Ok(())
+}
+
+pub fn validate_scope(scope: &ConversationScope) -> Result<(), String> {
+    validate_resource_id("scope.conversationId", &scope.conversation_id)?;
+    for (what, value) in [
+        ("scope.userId", &scope.user_id),
+        ("scope.agentId", &scope.agent_id),
+        ("scope.agentSpaceId", &scope.agent_space_id),
+        ("scope.runtimeType", &scope.runtime_type),
+    ] {
+        if let Some(v) = value {
+            validate_resource_id(what, v)?;
+        }
+    }
+    Ok(())
+}
+
+pub fn validate_roles(roles: &[String]) -> Result<(), String> {
+    match roles.iter().find(|r| !MESSAGE_ROLES.contains(&r.as_str())) {
+        Some(bad) => Err(format!(
+            "unknown role {bad:?}; expected one of {MESSAGE_ROLES:?}"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Validate one append batch as a whole: the batch is atomic, so one bad record rejects all.
+pub fn validate_append(records: &[ConversationRecord]) -> Result<(), String> {
+    if records.is_empty() {
+        return Err("messages must not be empty".into());
+    }
+    if records.len() > MAX_APPEND_MESSAGES {
+        return Err(format!(
+            "an append carries at most {MAX_APPEND_MESSAGES} messages, got {}",
+            records.len()
+        ));
+    }
+    for (i, r) in records.iter().enumerate() {
+        validate_resource_id(&format!("messages[{i}].id"), &r.id)?;
+        validate_scope(&r.scope).map_err(|e| format!("messages[{i}].{e}"))?;
+        validate_roles(std::slice::from_ref(&r.role)).map_err(|e| format!("messages[{i}]: {e}"))?;
+        if r.created_at_ms < 0 {
+            return Err(format!("messages[{i}].createdAtMs must not be negative"));
+        }
+    }
+    Ok(())
+}
+
+pub fn validate_search_query(query: &str) -> Result<(), String> {
+    if query.len() > MAX_SEARCH_QUERY_BYTES {
+        return Err(format!(
+            "query must be at most {MAX_SEARCH_QUERY_BYTES} bytes"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn scope_serialises_camel_case_and_omits_absent_provenance() {
+        let value = serde_json::to_value(ConversationScope::conversation("conv-1")).unwrap();
+        assert_eq!(value, json!({"conversationId": "conv-1"}));
+    }
+
+    #[test]
+    fn content_text_reads_strings_and_part_arrays() {
+        assert_eq!(content_text(&json!("hello")), "hello");
+        assert_eq!(
+            content_text(&json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])),
+            "a\nb"
+        );
+        assert_eq!(content_text(&Value::Null), "");
+        assert_eq!(content_text(&json!({"k": 1})), "{\"k\":1}");
+    }
+
+    #[test]
+    fn a_message_round_trips_through_json() {
+        let record = ConversationRecord {
+            id: "m-1".into(),
+            scope: ConversationScope::conversation("conv-1"),
+            role: "assistant".into(),
+            content: json!("done"),
+            name: None,
+            tool_call_id: None,
+            sequence: 7,
+            created_at_ms: 1_700_000_000_000,
+            metadata: Value::Null,
+        };
+        let encoded = serde_json::to_value(&record).unwrap();
+        assert_eq!(encoded["createdAtMs"], 1_700_000_000_000_i64);
+        let decoded: ConversationRecord = serde_json::from_value(encoded).unwrap();
+        assert_eq!(decoded, record);
+    }
+
+    #[test]
+    fn validation_rejects_bad_batches() {
+        let ok = ConversationRecord {
+            id: "m".into(),
+            scope: ConversationScope::conversation("c"),
+            role: "user".into(),
+            content: json!("x"),
+            name: None,
+            tool_call_id: None,
+            sequence: 0,
+            created_at_ms: 0,
+            metadata: Value::Null,
+        };
+        assert!(validate_append(std::slice::from_ref(&ok)).is_ok());
+        assert!(validate_append(&[]).is_err());
+        let mut bad_role = ok.clone();
+        bad_role.role = "wizard".into();
+        assert!(validate_append(&[ok.clone(), bad_role]).is_err());
+        let mut long_id = ok.clone();
+        long_id.id = "x".repeat(MAX_RESOURCE_ID_CHARS + 1);
+        assert!(validate_append(&[long_id]).is_err());
+        assert!(validate_append(&vec![ok; MAX_APPEND_MESSAGES + 1]).is_err());
+        assert!(validate_search_query(&"q".repeat(MAX_SEARCH_QUERY_BYTES + 1)).is_err());
+    }
+}

@@ -1,0 +1,6 @@
+//! `context-jobs`: the functional core of context-ops. What each job *is* — payloads, the
+//! operation state machine, wire contracts, codecs and scoring — as data and pure
+//! functions. No I/O, no async runtime, no database: everything here is unit-testable.
+
+pub mod contract;
+pub mod responses;

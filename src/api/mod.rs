@@ -1,0 +1,12 @@
+//! HTTP handlers, one file per resource. Paths are the contract's constants.
+
+pub mod health;
+pub mod messages;
+
+use axum::Router;
+
+use crate::app::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new().merge(health::routes()).merge(messages::routes())
+}

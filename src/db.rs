@@ -1,0 +1,172 @@
+//! The database handle: one enum over the two engines, connection setup, embedded
+//! migrations, and the `with_pool!` switch that lets one query body serve both engines.
+//!
+//! Query text is written once: both engines accept `$N` placeholders, `ON CONFLICT`,
+//! `RETURNING` and the column types we use (TEXT, BIGINT, BLOB/BYTEA via engine-specific
+//! DDL only). Where an engine needs its own SQL the store branches on [`Db::engine`].
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{PgPool, SqlSafeStr, SqlitePool, Transaction};
+
+#[derive(Clone, Debug)]
+pub enum Db {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Postgres,
+    Sqlite,
+}
+
+/// Run one body against whichever pool `$db` holds. The body is compiled once per engine,
+/// so ordinary generic sqlx code (`query(..).bind(..).fetch_all($pool)`) serves both.
+#[macro_export]
+macro_rules! with_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            $crate::db::Db::Postgres($pool) => $body,
+            $crate::db::Db::Sqlite($pool) => $body,
+        }
+    };
+}
+
+/// Starting a write transaction: SQLite must take the write lock up front (`BEGIN
+/// IMMEDIATE`), or two deferred transactions that both upgrade to writers fail with
+/// `SQLITE_BUSY` instead of waiting.
+pub trait BeginWrite {
+    type Database: sqlx::Database;
+    fn begin_write(
+        &self,
+    ) -> impl Future<Output = Result<Transaction<'static, Self::Database>, sqlx::Error>> + Send;
+}
+
+impl BeginWrite for PgPool {
+    type Database = sqlx::Postgres;
+    async fn begin_write(&self) -> Result<Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+        self.begin().await
+    }
+}
+
+impl BeginWrite for SqlitePool {
+    type Database = sqlx::Sqlite;
+    async fn begin_write(&self) -> Result<Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.begin_with("BEGIN IMMEDIATE").await
+    }
+}
+
+/// The URL with any password replaced, for log lines and error messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}://{}:***@{}", &url[..scheme], user, &url[at + 1..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl Db {
+    /// Connect to `url` (`postgres://…` or `sqlite:…`), failing fast with one clear line.
+    pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Db> {
+        let shown = redact_url(url);
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let options = PgConnectOptions::from_str(url)
+                .with_context(|| format!("invalid DATABASE_URL {shown}"))?;
+            let pool = PgPoolOptions::new()
+                .max_connections(max_connections)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(options)
+                .await
+                .with_context(|| format!("cannot connect to PostgreSQL at {shown}"))?;
+            Ok(Db::Postgres(pool))
+        } else if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)
+                .with_context(|| format!("invalid DATABASE_URL {shown}"))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(30))
+                .foreign_keys(true);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(max_connections.min(8))
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_with(options)
+                .await
+                .with_context(|| format!("cannot open SQLite database {shown}"))?;
+            Ok(Db::Sqlite(pool))
+        } else {
+            anyhow::bail!(
+                "unsupported DATABASE_URL {shown}: expected postgres://… or sqlite:…"
+            )
+        }
+    }
+
+    pub fn engine(&self) -> Engine {
+        match self {
+            Db::Postgres(_) => Engine::Postgres,
+            Db::Sqlite(_) => Engine::Sqlite,
+        }
+    }
+
+    /// Apply our embedded migrations (the engine's own directory, same version numbers).
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        let set = match self.engine() {
+            Engine::Postgres => POSTGRES_MIGRATIONS,
+            Engine::Sqlite => SQLITE_MIGRATIONS,
+        };
+        let migrations = set
+            .iter()
+            .map(|(version, name, sql)| {
+                Migration::new(*version, (*name).into(), MigrationType::Simple, sql.into_sql_str(), false)
+            })
+            .collect();
+        let migrator = Migrator::with_migrations(migrations);
+        with_pool!(self, pool => migrator.run(pool).await).context("database migration failed")?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        with_pool!(self, pool => pool.close().await)
+    }
+}
+
+type MigrationSet = &'static [(i64, &'static str, &'static str)];
+
+const POSTGRES_MIGRATIONS: MigrationSet = &[(
+    1,
+    "messages",
+    include_str!("../migrations/postgres/0001_messages.sql"),
+)];
+
+const SQLITE_MIGRATIONS: MigrationSet = &[(
+    1,
+    "messages",
+    include_str!("../migrations/sqlite/0001_messages.sql"),
+)];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact_url("sqlite:ctx.sqlite"), "sqlite:ctx.sqlite");
+    }
+
+    #[test]
+    fn both_engines_have_the_same_migration_versions() {
+        let pg: Vec<_> = POSTGRES_MIGRATIONS.iter().map(|m| m.0).collect();
+        let lite: Vec<_> = SQLITE_MIGRATIONS.iter().map(|m| m.0).collect();
+        assert_eq!(pg, lite);
+    }
+}

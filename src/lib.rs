@@ -1,0 +1,13 @@
+//! context-ops: the imperative shell. Configuration, the database, the HTTP API, the
+//! queue and the workers, wired around the pure core in `context-jobs`.
+
+pub mod api;
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod metrics;
+pub mod server;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,70 @@
+//! Prometheus metrics: the recorder (installed once per process), the HTTP middleware, and
+//! the names of every metric we emit, so a name is spelled in one place only.
+//! Labels are bounded: route templates, methods, status classes, kinds, states, outcomes.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const HTTP_REQUESTS: &str = "context_ops_http_requests_total";
+pub const HTTP_DURATION: &str = "context_ops_http_request_duration_seconds";
+pub const MESSAGES_APPENDED: &str = "context_ops_messages_appended_total";
+pub const MESSAGES_SKIPPED: &str = "context_ops_messages_skipped_total";
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// The process-wide Prometheus handle; the recorder is installed on first use.
+pub fn handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                .expect("static bucket list is non-empty")
+                .build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (an embedding program): keep ours
+            // rendering what it has rather than failing startup.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+fn status_class(status: u16) -> &'static str {
+    match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+/// Count and time every request by route template (never the raw path), method and status.
+pub async fn track_http(request: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = request.method().as_str().to_owned();
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    let labels = [
+        ("route", route),
+        ("method", method),
+        ("status", status.to_string()),
+        ("status_class", status_class(status).to_owned()),
+    ];
+    metrics::counter!(HTTP_REQUESTS, &labels).increment(1);
+    metrics::histogram!(HTTP_DURATION, &labels[..2]).record(start.elapsed().as_secs_f64());
+    response
+}
