@@ -13,6 +13,7 @@ use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::db::Db;
 use crate::error::{AppError, api_error_response};
+use crate::queue::Queue;
 use context_jobs::contract::MAX_APPEND_BYTES;
 
 #[derive(Clone)]
@@ -21,12 +22,13 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     pub config: Arc<Config>,
     pub metrics: PrometheusHandle,
+    pub queue: Queue,
 }
 
 impl AppState {
-    pub fn new(db: Db, config: Config) -> anyhow::Result<Self> {
+    pub fn new(db: Db, queue: Queue, config: Config) -> anyhow::Result<Self> {
         let auth = Authenticator::new(config.service_token.clone(), config.jwt_secret.as_deref())?;
-        Ok(Self { db, auth: Arc::new(auth), config: Arc::new(config), metrics: crate::metrics::handle() })
+        Ok(Self { db, auth: Arc::new(auth), config: Arc::new(config), metrics: crate::metrics::handle(), queue })
     }
 }
 

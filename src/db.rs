@@ -141,17 +141,15 @@ impl Db {
 
 type MigrationSet = &'static [(i64, &'static str, &'static str)];
 
-const POSTGRES_MIGRATIONS: MigrationSet = &[(
-    1,
-    "messages",
-    include_str!("../migrations/postgres/0001_messages.sql"),
-)];
+const POSTGRES_MIGRATIONS: MigrationSet = &[
+    (1, "messages", include_str!("../migrations/postgres/0001_messages.sql")),
+    (2, "operations", include_str!("../migrations/postgres/0002_operations.sql")),
+];
 
-const SQLITE_MIGRATIONS: MigrationSet = &[(
-    1,
-    "messages",
-    include_str!("../migrations/sqlite/0001_messages.sql"),
-)];
+const SQLITE_MIGRATIONS: MigrationSet = &[
+    (1, "messages", include_str!("../migrations/sqlite/0001_messages.sql")),
+    (2, "operations", include_str!("../migrations/sqlite/0002_operations.sql")),
+];
 
 #[cfg(test)]
 mod tests {

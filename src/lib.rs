@@ -8,6 +8,8 @@ pub mod config;
 pub mod db;
 pub mod error;
 pub mod metrics;
+pub mod queue;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod worker;

@@ -68,3 +68,18 @@ pub async fn track_http(request: Request, next: Next) -> Response {
     metrics::histogram!(HTTP_DURATION, &labels[..2]).record(start.elapsed().as_secs_f64());
     response
 }
+
+pub const OPERATIONS_SUBMITTED: &str = "context_ops_operations_submitted_total";
+pub const OPERATIONS_FINISHED: &str = "context_ops_operations_finished_total";
+pub const IDEMPOTENT_REPLAYS: &str = "context_ops_idempotent_replays_total";
+pub const QUEUE_WAIT: &str = "context_ops_queue_wait_seconds";
+pub const RUN_DURATION: &str = "context_ops_operation_run_duration_seconds";
+pub const ITEMS_PROCESSED: &str = "context_ops_items_processed_total";
+pub const RETRIES: &str = "context_ops_operation_retries_total";
+pub const LEASE_RECOVERIES: &str = "context_ops_lease_recoveries_total";
+pub const DUPLICATE_DELIVERIES: &str = "context_ops_duplicate_deliveries_total";
+pub const DISPATCHED: &str = "context_ops_dispatcher_pushes_total";
+pub const OPERATIONS_GAUGE: &str = "context_ops_operations";
+pub const QUEUE_DEPTH: &str = "context_ops_queue_depth";
+pub const OLDEST_QUEUED: &str = "context_ops_oldest_queued_timestamp_seconds";
+pub const PRUNED: &str = "context_ops_operations_pruned_total";

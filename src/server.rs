@@ -11,6 +11,10 @@ use tokio_util::sync::CancellationToken;
 use crate::app::{AppState, metrics_router, router};
 use crate::config::{Command, Config};
 use crate::db::{Db, redact_url};
+use crate::queue::Queue;
+use crate::worker::dispatcher;
+use crate::worker::runner::Runner;
+use std::sync::Arc;
 
 /// A started service.
 pub struct Running {
@@ -51,7 +55,9 @@ pub async fn start(config: Config, command: Command) -> anyhow::Result<Running> 
     config.validate()?;
     let db = connect(&config).await?;
     tracing::info!(database = %redact_url(&config.database_url), "database ready");
-    let state = AppState::new(db, config.clone())?;
+    let queue = Queue::connect(&config, &db).await?;
+    tracing::info!(queue = queue.backend_name(), "queue ready");
+    let state = AppState::new(db, queue, config.clone())?;
     if state.auth.is_open() {
         tracing::warn!(
             "OPEN MODE: no AGENT_CONTEXT_SERVICE_TOKEN or CONTEXT_OPS_JWT_SECRET configured; \
@@ -77,6 +83,24 @@ pub async fn start(config: Config, command: Command) -> anyhow::Result<Running> 
             metrics_addr = Some(listener.local_addr()?);
             tasks.push(serve(listener, metrics_router(state.clone()), shutdown.clone()));
         }
+    }
+    if command.runs_workers() {
+        let holder = format!(
+            "{}-{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into()),
+            std::process::id(),
+            ulid::Ulid::generate()
+        );
+        let runner = Runner { db: state.db.clone(), config: state.config.clone(), shutdown: shutdown.clone() };
+        tasks.push(state.queue.spawn_workers(Arc::new(runner), shutdown.clone()));
+        tasks.push(dispatcher::spawn(
+            state.db.clone(),
+            state.queue.clone(),
+            state.config.clone(),
+            holder,
+            shutdown.clone(),
+        ));
+        tracing::info!(concurrency = config.worker_concurrency, "workers started");
     }
     Ok(Running { addr, metrics_addr, state, shutdown, tasks })
 }

@@ -4,3 +4,5 @@
 
 pub mod contract;
 pub mod responses;
+pub mod operation;
+pub mod retention;

@@ -1,7 +1,9 @@
 //! Persistence: one file per table family, each written once for both engines through
 //! [`crate::with_pool!`]. Store functions take the tenant key first: no query runs unscoped.
 
+pub mod leases;
 pub mod messages;
+pub mod operations;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

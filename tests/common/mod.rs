@@ -78,15 +78,24 @@ impl TestApp {
     }
 
     pub async fn start_with(backend: Backend, tweak: impl FnOnce(&mut Config)) -> Self {
+        Self::start_command(backend, Command::Serve, tweak).await
+    }
+
+    /// Start with a given command: `Command::Api` runs no workers, so operations stay queued.
+    pub async fn start_command(backend: Backend, command: Command, tweak: impl FnOnce(&mut Config)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config::defaults();
         config.bind = "127.0.0.1:0".parse().unwrap();
         config.database_url = fresh_database(backend, dir.path()).await;
         config.db_max_connections = 8;
         config.queue_namespace = unique("q");
+        if backend == Backend::Postgres {
+            config.redis_url = Some(redis_url());
+        }
+        config.dispatch_interval_ms = 200;
         tweak(&mut config);
         let database_url = config.database_url.clone();
-        let running = server::start(config, Command::Serve).await.expect("service starts");
+        let running = server::start(config, command).await.expect("service starts");
         Self {
             backend,
             base: format!("http://{}", running.addr),

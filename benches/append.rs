@@ -1,0 +1,548 @@
+//! Append throughput: the real service over HTTP against what the engine itself can do.
+//!
+//! `cargo bench --bench append [sqlite|postgres]`
+//!
+//! For each backend the service runs in-process (`server::start`, as the tests do) on a
+//! fresh database, and 4 concurrent clients (one conversation each) append
+//! `BENCH_MESSAGES` messages (default 200,000) in batches of 100 through
+//! `POST /internal/v1/context/messages/batch`. In the same run and on the same engine a
+//! baseline loads the same rows, with the same column values, into an identical fresh
+//! `messages` table:
+//!
+//! - PostgreSQL: one `COPY messages (…) FROM STDIN` stream;
+//! - SQLite: a prepared `INSERT` per row, one transaction per 100-row batch.
+//!
+//! The report is the ratio ours/baseline; absolute numbers depend on the machine.
+//!
+//! Environment: `BENCH_MESSAGES`, `BENCH_POSTGRES_URL` (server URL without a database,
+//! default `TEST_POSTGRES_URL` or `postgres://postgres@127.0.0.1:5432`), `BENCH_REDIS_URL`
+//! (default `TEST_REDIS_URL` or `redis://127.0.0.1:6379`).
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use context_jobs::contract::{
+    ConversationRecord, ConversationScope, MESSAGES_APPEND_PATH, content_text, search_fold,
+};
+use context_ops::config::{Command, Config};
+use context_ops::server;
+use serde_json::{Value, json};
+use sqlx::postgres::PgConnection;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use sqlx::{AssertSqlSafe, Connection as _};
+
+const CLIENTS: usize = 4;
+const BATCH: usize = 100;
+const TENANT: &str = "default/default";
+const TOKEN: &str = "bench-service-token";
+const POSTGRES_TARGET_RATIO: f64 = 0.3;
+const PG_DATABASE: &str = "context_ops_bench";
+
+/// The workload: per client, its conversation and its messages in append order.
+struct Workload {
+    total: usize,
+    conversations: Vec<(String, Vec<ConversationRecord>)>,
+}
+
+impl Workload {
+    fn new(total: usize) -> Self {
+        const FILLER: &str = "The quick brown fox jumps over the lazy dog while the agent keeps \
+                              its context durable and searchable, turn after turn.";
+        let conversations = (0..CLIENTS)
+            .map(|c| {
+                let n = total / CLIENTS + usize::from(c < total % CLIENTS);
+                let conversation = format!("bench-conversation-{c}");
+                let records = (0..n)
+                    .map(|i| {
+                        let mut text = format!("Client {c} message {i:07}: {FILLER}");
+                        text.truncate(100);
+                        ConversationRecord {
+                            id: format!("msg-{c}-{i:07}"),
+                            scope: ConversationScope {
+                                conversation_id: conversation.clone(),
+                                user_id: None,
+                                agent_id: None,
+                                agent_space_id: None,
+                                runtime_type: None,
+                                relations: Default::default(),
+                            },
+                            role: "user".into(),
+                            content: Value::String(text),
+                            name: None,
+                            tool_call_id: None,
+                            sequence: 0,
+                            created_at_ms: 0,
+                            metadata: Value::Null,
+                        }
+                    })
+                    .collect();
+                (conversation, records)
+            })
+            .collect();
+        Self {
+            total,
+            conversations,
+        }
+    }
+
+    /// The request bodies of each client, serialized up front so the clients measure the
+    /// service rather than their own JSON encoding.
+    fn request_bodies(&self) -> Vec<Vec<Vec<u8>>> {
+        self.conversations
+            .iter()
+            .map(|(_, records)| {
+                records
+                    .chunks(BATCH)
+                    .map(|chunk| {
+                        let messages: Vec<Value> = chunk
+                            .iter()
+                            .map(|r| {
+                                json!({
+                                    "id": r.id,
+                                    "scope": {"conversationId": r.scope.conversation_id},
+                                    "role": r.role,
+                                    "content": r.content,
+                                })
+                            })
+                            .collect();
+                        serde_json::to_vec(&json!({ "messages": messages })).expect("serializable")
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Batches in round-robin order over the conversations: (conversation, first sequence,
+    /// records).
+    fn batches(&self) -> Vec<(&str, i64, &[ConversationRecord])> {
+        let per_conversation: Vec<Vec<_>> = self
+            .conversations
+            .iter()
+            .map(|(conversation, records)| {
+                records
+                    .chunks(BATCH)
+                    .enumerate()
+                    .map(|(b, chunk)| (conversation.as_str(), (b * BATCH) as i64 + 1, chunk))
+                    .collect()
+            })
+            .collect();
+        let rounds = per_conversation.iter().map(Vec::len).max().unwrap_or(0);
+        (0..rounds)
+            .flat_map(|round| {
+                per_conversation
+                    .iter()
+                    .filter_map(move |b| b.get(round).copied())
+            })
+            .collect()
+    }
+}
+
+/// The stored column values of one record, computed as the service computes them.
+struct Columns {
+    scope: String,
+    content: String,
+    search_text: String,
+}
+
+fn columns(r: &ConversationRecord) -> Columns {
+    Columns {
+        scope: serde_json::to_string(&r.scope).expect("serializable"),
+        content: r.content.to_string(),
+        search_text: search_fold(&content_text(&r.content)),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn rate(messages: usize, elapsed: Duration) -> f64 {
+    messages as f64 / elapsed.as_secs_f64()
+}
+
+// ------------------------------------------------------------------------------ ours
+
+/// Start the service on `database_url` and append the workload over HTTP.
+async fn run_service(
+    database_url: &str,
+    redis_url: Option<String>,
+    workload: &Workload,
+) -> anyhow::Result<Duration> {
+    let mut config = Config::defaults();
+    config.bind = "127.0.0.1:0".parse()?;
+    config.metrics_bind = None;
+    config.database_url = database_url.to_owned();
+    config.redis_url = redis_url;
+    config.queue_namespace = format!("context-ops-bench-{}", ulid::Ulid::generate());
+    config.service_token = Some(TOKEN.into());
+    config.jwt_secret = None;
+    let running = server::start(config, Command::Serve)
+        .await
+        .context("service starts")?;
+    let url = format!("http://{}{MESSAGES_APPEND_PATH}", running.addr);
+
+    let bodies = workload.request_bodies();
+    let start = Instant::now();
+    let clients = bodies.into_iter().map(|batches| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            for body in batches {
+                let response = client
+                    .post(&url)
+                    .bearer_auth(TOKEN)
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body)
+                    .send()
+                    .await?;
+                let status = response.status();
+                let text = response.text().await?;
+                ensure!(status.is_success(), "append failed with {status}: {text}");
+                let reply: Value = serde_json::from_str(&text)?;
+                ensure!(
+                    reply["skipped"] == 0,
+                    "append skipped messages unexpectedly: {text}"
+                );
+            }
+            anyhow::Ok(())
+        })
+    });
+    for result in futures::future::join_all(clients).await {
+        result.context("client task panicked")??;
+    }
+    let elapsed = start.elapsed();
+    running.stop().await?;
+    Ok(elapsed)
+}
+
+// ---------------------------------------------------------------------------- SQLite
+
+fn sqlite_options(path: &std::path::Path) -> SqliteConnectOptions {
+    // The service's own settings (src/db.rs), so the baseline runs on the same engine setup.
+    SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(30))
+        .foreign_keys(true)
+}
+
+async fn bench_sqlite(workload: &Workload) -> anyhow::Result<(f64, f64)> {
+    let dir = tempfile::tempdir()?;
+    let ours_path = dir.path().join("ours.sqlite");
+    let ours = run_service(&format!("sqlite:{}", ours_path.display()), None, workload).await?;
+
+    // The baseline table: the DDL SQLite recorded for the service's `messages` table and
+    // its indexes, replayed in a fresh file.
+    let mut conn = sqlx::SqliteConnection::connect_with(&sqlite_options(&ours_path)).await?;
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM messages")
+        .fetch_one(&mut conn)
+        .await?;
+    ensure!(
+        stored as usize == workload.total,
+        "service stored {stored} of {} messages",
+        workload.total
+    );
+    let ddl: Vec<String> = sqlx::query_scalar(
+        "SELECT sql FROM sqlite_master WHERE tbl_name = 'messages' AND sql IS NOT NULL \
+         ORDER BY type = 'index', name",
+    )
+    .fetch_all(&mut conn)
+    .await?;
+    let sample = sample_row_sqlite(&mut conn).await?;
+    conn.close().await?;
+
+    let base_path = dir.path().join("baseline.sqlite");
+    let mut conn = sqlx::SqliteConnection::connect_with(&sqlite_options(&base_path)).await?;
+    for statement in ddl {
+        sqlx::raw_sql(AssertSqlSafe(statement))
+            .execute(&mut conn)
+            .await?;
+    }
+    let batches = workload.batches();
+    let start = Instant::now();
+    for (conversation, first_sequence, records) in batches {
+        let now = now_ms();
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+        for (i, r) in records.iter().enumerate() {
+            let c = columns(r);
+            sqlx::query(
+                "INSERT INTO messages (tenant, conversation_id, id, sequence, role, scope, content, \
+                 search_text, name, tool_call_id, created_at_ms, metadata) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            )
+            .bind(TENANT)
+            .bind(conversation)
+            .bind(r.id.as_str())
+            .bind(first_sequence + i as i64)
+            .bind(r.role.as_str())
+            .bind(c.scope)
+            .bind(c.content)
+            .bind(c.search_text)
+            .bind(None::<&str>)
+            .bind(None::<&str>)
+            .bind(now)
+            .bind(None::<&str>)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+    }
+    let baseline = start.elapsed();
+    check_same_row(&sample, &sample_row_sqlite(&mut conn).await?, "SQLite");
+    conn.close().await?;
+    Ok((rate(workload.total, ours), rate(workload.total, baseline)))
+}
+
+// ------------------------------------------------------------------------ PostgreSQL
+
+fn postgres_server_url() -> String {
+    std::env::var("BENCH_POSTGRES_URL")
+        .or_else(|_| std::env::var("TEST_POSTGRES_URL"))
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+fn redis_url() -> String {
+    std::env::var("BENCH_REDIS_URL")
+        .or_else(|_| std::env::var("TEST_REDIS_URL"))
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// Escape one value for `COPY … FROM STDIN` text format.
+fn copy_text(out: &mut String, value: &str) {
+    for ch in value.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            _ => out.push(ch),
+        }
+    }
+}
+
+/// A best-effort `CHECKPOINT`, so each measured phase starts with a clean WAL.
+async fn checkpoint(conn: &mut PgConnection) {
+    let _ = sqlx::query("CHECKPOINT").execute(conn).await;
+}
+
+async fn bench_postgres(workload: &Workload) -> anyhow::Result<(f64, f64)> {
+    let server = postgres_server_url();
+    let mut admin = PgConnection::connect(&format!("{server}/postgres"))
+        .await
+        .with_context(|| format!("cannot connect to PostgreSQL at {server}"))?;
+    sqlx::query(AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await?;
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {PG_DATABASE}")))
+        .execute(&mut admin)
+        .await?;
+    admin.close().await?;
+
+    let db_url = format!("{server}/{PG_DATABASE}");
+    let mut conn = PgConnection::connect(&db_url).await?;
+    sqlx::raw_sql("CREATE SCHEMA ours; CREATE SCHEMA baseline")
+        .execute(&mut conn)
+        .await?;
+    checkpoint(&mut conn).await;
+
+    let ours = run_service(
+        &format!("{db_url}?options[search_path]=ours"),
+        Some(redis_url()),
+        workload,
+    )
+    .await?;
+
+    // The baseline table: a structural copy (columns, constraints, indexes) of the
+    // service's migrated `messages` table.
+    sqlx::raw_sql(
+        "CREATE TABLE baseline.messages (LIKE ours.messages INCLUDING ALL); \
+         SET search_path = ours",
+    )
+    .execute(&mut conn)
+    .await?;
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM messages")
+        .fetch_one(&mut conn)
+        .await?;
+    ensure!(
+        stored as usize == workload.total,
+        "service stored {stored} of {} messages",
+        workload.total
+    );
+    let sample = sample_row_pg(&mut conn).await?;
+    sqlx::raw_sql("SET search_path = baseline")
+        .execute(&mut conn)
+        .await?;
+    checkpoint(&mut conn).await;
+
+    let batches = workload.batches();
+    let start = Instant::now();
+    let now = now_ms();
+    let mut copy = conn
+        .copy_in_raw(
+            "COPY messages (tenant, conversation_id, id, sequence, role, scope, content, \
+             search_text, created_at_ms) FROM STDIN",
+        )
+        .await?;
+    let mut chunk = String::with_capacity(1 << 20);
+    for (conversation, first_sequence, records) in batches {
+        for (i, r) in records.iter().enumerate() {
+            let c = columns(r);
+            for value in [TENANT, conversation, r.id.as_str()] {
+                copy_text(&mut chunk, value);
+                chunk.push('\t');
+            }
+            chunk.push_str(&(first_sequence + i as i64).to_string());
+            chunk.push('\t');
+            for value in [&r.role, &c.scope, &c.content, &c.search_text] {
+                copy_text(&mut chunk, value);
+                chunk.push('\t');
+            }
+            chunk.push_str(&now.to_string());
+            chunk.push('\n');
+        }
+        if chunk.len() >= 1 << 20 {
+            copy.send(chunk.as_bytes()).await?;
+            chunk.clear();
+        }
+    }
+    if !chunk.is_empty() {
+        copy.send(chunk.as_bytes()).await?;
+    }
+    let copied = copy.finish().await?;
+    let baseline = start.elapsed();
+    ensure!(
+        copied as usize == workload.total,
+        "COPY loaded {copied} of {} rows",
+        workload.total
+    );
+    check_same_row(&sample, &sample_row_pg(&mut conn).await?, "PostgreSQL");
+    conn.close().await?;
+    Ok((rate(workload.total, ours), rate(workload.total, baseline)))
+}
+
+// ---------------------------------------------------------------------- row check
+
+type SampleRow = (String, String, String, i64, String, String, String, String);
+
+const SAMPLE_ROW_SQL: &str = "SELECT tenant, conversation_id, id, sequence, role, scope, content, search_text \
+     FROM messages WHERE conversation_id = 'bench-conversation-0' AND sequence = 1";
+
+/// One stored row (all columns but the timestamp), to check the baseline wrote what the
+/// service writes.
+async fn sample_row_sqlite(conn: &mut sqlx::SqliteConnection) -> anyhow::Result<SampleRow> {
+    Ok(sqlx::query_as(SAMPLE_ROW_SQL).fetch_one(conn).await?)
+}
+
+async fn sample_row_pg(conn: &mut PgConnection) -> anyhow::Result<SampleRow> {
+    Ok(sqlx::query_as(SAMPLE_ROW_SQL).fetch_one(conn).await?)
+}
+
+fn check_same_row(ours: &SampleRow, baseline: &SampleRow, backend: &str) {
+    if ours != baseline {
+        eprintln!(
+            "warning: {backend} baseline row differs from the service's row:\n  ours:     {ours:?}\n  baseline: {baseline:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------- main
+
+struct Outcome {
+    backend: &'static str,
+    baseline: &'static str,
+    result: anyhow::Result<(f64, f64)>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let total = match std::env::var("BENCH_MESSAGES") {
+        Ok(v) => usize::from_str(v.trim()).context("BENCH_MESSAGES must be a positive integer")?,
+        Err(_) => 200_000,
+    };
+    ensure!(total > 0, "BENCH_MESSAGES must be positive");
+    // `cargo bench` passes `--bench`; bare words select backends.
+    let mut selected = Vec::new();
+    for arg in std::env::args().skip(1).filter(|a| !a.starts_with('-')) {
+        match arg.to_ascii_lowercase().as_str() {
+            "sqlite" => selected.push("sqlite"),
+            "postgres" | "postgresql" | "pg" => selected.push("postgresql"),
+            other => bail!("unknown backend {other:?}: expected sqlite or postgres"),
+        }
+    }
+    let wanted = |name: &str| selected.is_empty() || selected.contains(&name);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let workload = Workload::new(total);
+    println!(
+        "append benchmark: {total} messages, {CLIENTS} clients (one conversation each), \
+         {BATCH} messages per request, ~100-char contents"
+    );
+
+    let mut outcomes = Vec::new();
+    if wanted("sqlite") {
+        println!("running sqlite …");
+        outcomes.push(Outcome {
+            backend: "sqlite",
+            baseline: "prepared INSERT, 1 tx / 100 rows",
+            result: runtime.block_on(bench_sqlite(&workload)),
+        });
+    }
+    if wanted("postgresql") {
+        println!("running postgresql …");
+        outcomes.push(Outcome {
+            backend: "postgresql",
+            baseline: "COPY FROM STDIN",
+            result: runtime.block_on(bench_postgres(&workload)),
+        });
+    }
+
+    println!();
+    println!(
+        "{:<11} {:>14} {:>17} {:>7}  baseline",
+        "backend", "ours msgs/s", "baseline msgs/s", "ratio"
+    );
+    let mut failed = false;
+    for o in &outcomes {
+        match &o.result {
+            Ok((ours, baseline)) => println!(
+                "{:<11} {:>14.0} {:>17.0} {:>7.3}  {}",
+                o.backend,
+                ours,
+                baseline,
+                ours / baseline,
+                o.baseline
+            ),
+            Err(e) => {
+                failed = true;
+                println!("{:<11} failed: {e:#}", o.backend);
+            }
+        }
+    }
+    println!();
+    if let Some(Outcome {
+        result: Ok((ours, baseline)),
+        ..
+    }) = outcomes.iter().find(|o| o.backend == "postgresql")
+    {
+        let ratio = ours / baseline;
+        let verdict = if ratio >= POSTGRES_TARGET_RATIO {
+            "met"
+        } else {
+            "NOT met"
+        };
+        println!("target: PostgreSQL ratio >= {POSTGRES_TARGET_RATIO} — {verdict} ({ratio:.3})");
+    } else {
+        println!("target: PostgreSQL ratio >= {POSTGRES_TARGET_RATIO} — not measured");
+    }
+    ensure!(!failed, "a benchmark run failed");
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! The delivery pipe: one apalis queue per operation kind, on Redis (apalis-redis) or on the
+//! service's own SQLite database (apalis-sqlite).
+//!
+//! The operation row in the database is the truth; a queue message only says "look at
+//! operation X". Workers claim operations with a compare-and-set, so a duplicate delivery is
+//! harmless; a lost one is rare and the dispatcher re-pushes anyway. That is why nothing here
+//! retries on apalis' terms: the handler records every outcome in the database and the apalis
+//! task always completes `Ok`.
+//!
+//! Every default of apalis 1.0 that loses or duplicates work is overridden (see
+//! `/work/shared/notes/apalis-1.0.md`): explicit queue names `{namespace}:{kind}`, a 250 ms
+//! poll interval (plus an in-process wake-up on push), `batch_size(1)`, unique worker names
+//! per process and restart, explicit heartbeat/missed-heartbeat settings, no `timeout` or
+//! `catch_panic` layers (panics are caught by spawning the handler), a payload codec that
+//! never fails, and our own depth, vacuum and restart logic.
+
+mod redis;
+mod sqlite;
+mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use context_jobs::contract::ContextOperationKind;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::db::Db;
+
+/// How often an idle worker looks for new messages. A push from this process also wakes the
+/// worker of its kind at once.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// apalis worker heartbeat. A worker silent for `HEARTBEAT_INTERVAL × MISSED_HEARTBEATS`
+/// (30 s) has its in-flight messages re-enqueued by the other workers of its queue.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+pub const MISSED_HEARTBEATS: usize = 6;
+/// How long running handlers get to finish after shutdown is requested.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Metric names (prefix `context_ops_`, bounded labels: kind, outcome, state).
+pub const QUEUE_PUSHES: &str = "context_ops_queue_pushes_total";
+pub const QUEUE_DELIVERIES: &str = "context_ops_queue_deliveries_total";
+pub const QUEUE_WORKER_RESTARTS: &str = "context_ops_queue_worker_restarts_total";
+pub const QUEUE_DEPTH: &str = "context_ops_queue_depth";
+
+/// Payload of every queue message, serialized as `{"operationId": "..."}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationMessage {
+    #[serde(alias = "operation_id")]
+    pub operation_id: String,
+}
+
+/// What the workers call for each delivered message. It must never fail the apalis task:
+/// the handler records outcomes in the database itself. A panic inside the returned future
+/// is caught and logged; it never kills the worker.
+pub trait OperationHandler: Send + Sync + 'static {
+    fn handle(&self, kind: ContextOperationKind, operation_id: String) -> BoxFuture<'static, ()>;
+}
+
+/// Messages per state in one kind's queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct QueueDepth {
+    /// Waiting to be taken (due now).
+    pub pending: u64,
+    /// Waiting for a future time.
+    pub scheduled: u64,
+    /// Taken by a worker and not yet acknowledged.
+    pub inflight: u64,
+    /// Given up by apalis (never expected: our handler always completes `Ok`).
+    pub dead: u64,
+}
+
+/// The queue handle: cheap to clone, shared by the API (push) and the workers.
+#[derive(Clone)]
+pub struct Queue {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: Backend,
+    namespace: String,
+    concurrency: usize,
+    /// One per kind (index in `ContextOperationKind::ALL`): wakes this process' worker of
+    /// that kind right after a push, so in-process deliveries do not wait for the poll tick.
+    wake: Vec<Arc<Notify>>,
+}
+
+enum Backend {
+    Redis(redis::RedisQueue),
+    Sqlite(sqlite::SqliteQueue),
+}
+
+fn kind_index(kind: ContextOperationKind) -> usize {
+    ContextOperationKind::ALL.iter().position(|k| *k == kind).expect("ALL lists every kind")
+}
+
+impl Queue {
+    /// Redis when `config.redis_url` is set, else apalis-sqlite on the service's own SQLite
+    /// pool (its migrations tracked in `_apalis_migrations`). PostgreSQL without `REDIS_URL`
+    /// is a startup error; unreachable Redis fails fast with one clear line.
+    pub async fn connect(config: &Config, db: &Db) -> anyhow::Result<Queue> {
+        anyhow::ensure!(!config.queue_namespace.is_empty(), "CONTEXT_OPS_QUEUE_NAMESPACE must not be empty");
+        let backend = match (&config.redis_url, db) {
+            (Some(url), _) => Backend::Redis(redis::RedisQueue::connect(url).await?),
+            (None, Db::Sqlite(pool)) => Backend::Sqlite(sqlite::SqliteQueue::connect(pool.clone()).await?),
+            (None, Db::Postgres(_)) => anyhow::bail!(
+                "REDIS_URL is required with a PostgreSQL DATABASE_URL: the embedded queue runs only on SQLite"
+            ),
+        };
+        Ok(Queue {
+            inner: Arc::new(Inner {
+                backend,
+                namespace: config.queue_namespace.clone(),
+                concurrency: config.worker_concurrency.max(1),
+                wake: ContextOperationKind::ALL.iter().map(|_| Arc::new(Notify::new())).collect(),
+            }),
+        })
+    }
+
+    /// `"redis"` or `"sqlite"`.
+    pub fn backend_name(&self) -> &'static str {
+        match self.inner.backend {
+            Backend::Redis(_) => "redis",
+            Backend::Sqlite(_) => "sqlite",
+        }
+    }
+
+    /// The queue of `kind`: `"{namespace}:{kind}"` (never a Rust type path).
+    pub fn queue_name(&self, kind: ContextOperationKind) -> String {
+        format!("{}:{}", self.inner.namespace, kind.as_str())
+    }
+
+    /// Push one message to the kind's queue.
+    pub async fn push(&self, kind: ContextOperationKind, operation_id: &str) -> anyhow::Result<()> {
+        let payload = serde_json::to_vec(&OperationMessage { operation_id: operation_id.to_owned() })?;
+        let queue = self.queue_name(kind);
+        let result = match &self.inner.backend {
+            Backend::Redis(r) => r.push(&queue, payload).await,
+            Backend::Sqlite(s) => s.push(&queue, payload).await,
+        };
+        let outcome = if result.is_ok() { "ok" } else { "error" };
+        metrics::counter!(QUEUE_PUSHES, "kind" => kind.as_str(), "outcome" => outcome).increment(1);
+        result.with_context(|| format!("cannot push operation {operation_id} to queue {queue}"))?;
+        self.inner.wake[kind_index(kind)].notify_one();
+        Ok(())
+    }
+
+    /// Messages per state in the kind's queue, read directly (LLEN/ZCOUNT/SCARD on Redis, a
+    /// COUNT over apalis' `Jobs` table on SQLite): apalis' own stats calls are unreliable.
+    pub async fn depth(&self, kind: ContextOperationKind) -> anyhow::Result<QueueDepth> {
+        let queue = self.queue_name(kind);
+        match &self.inner.backend {
+            Backend::Redis(r) => r.depth(&queue).await,
+            Backend::Sqlite(s) => s.depth(&queue).await,
+        }
+        .with_context(|| format!("cannot read the depth of queue {queue}"))
+    }
+
+    /// Set the `context_ops_queue_depth{kind,state}` gauges for every kind.
+    pub async fn record_depth_metrics(&self) -> anyhow::Result<()> {
+        for kind in ContextOperationKind::ALL {
+            let depth = self.depth(kind).await?;
+            for (state, value) in [
+                ("pending", depth.pending),
+                ("scheduled", depth.scheduled),
+                ("inflight", depth.inflight),
+                ("dead", depth.dead),
+            ] {
+                metrics::gauge!(QUEUE_DEPTH, "kind" => kind.as_str(), "state" => state).set(value as f64);
+            }
+        }
+        Ok(())
+    }
+
+    /// Housekeeping for what apalis never deletes: finished messages (Redis `:done`/`:dead`
+    /// members with their data and metadata; SQLite `Jobs` rows) older than `older_than`, and
+    /// the bookkeeping of long-gone workers. Returns the number of messages deleted.
+    pub async fn vacuum(&self, older_than: Duration) -> anyhow::Result<u64> {
+        let mut deleted = 0;
+        for kind in ContextOperationKind::ALL {
+            let queue = self.queue_name(kind);
+            deleted += match &self.inner.backend {
+                Backend::Redis(r) => r.vacuum(&queue, older_than).await,
+                Backend::Sqlite(s) => s.vacuum(&queue, older_than).await,
+            }
+            .with_context(|| format!("cannot vacuum queue {queue}"))?;
+        }
+        Ok(deleted)
+    }
+
+    /// Start one supervised apalis worker per kind, each running up to
+    /// `config.worker_concurrency` handlers at once. Workers restart after errors (with
+    /// backoff, under a fresh name) until `shutdown` is cancelled; then they stop taking
+    /// messages and running handlers get up to [`SHUTDOWN_TIMEOUT`] to finish. The handle
+    /// ends when every worker has stopped; it is an error only if that deadline was missed.
+    pub fn spawn_workers(
+        &self,
+        handler: Arc<dyn OperationHandler>,
+        shutdown: CancellationToken,
+    ) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+        let supervisors: Vec<_> = ContextOperationKind::ALL
+            .into_iter()
+            .map(|kind| tokio::spawn(worker::supervise(self.clone(), kind, handler.clone(), shutdown.clone())))
+            .collect();
+        tokio::spawn(async move {
+            let mut failures = Vec::new();
+            for (kind, supervisor) in ContextOperationKind::ALL.into_iter().zip(supervisors) {
+                match supervisor.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => failures.push(format!("{}: {e:#}", kind.as_str())),
+                    Err(e) => failures.push(format!("{}: supervisor task failed: {e}", kind.as_str())),
+                }
+            }
+            anyhow::ensure!(failures.is_empty(), "queue workers did not stop cleanly: {}", failures.join("; "));
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,105 @@
+//! Loops every worker process runs beside its queue workers: the dispatcher (re-push
+//! queued operations that were never or long ago pushed, and running ones whose lease
+//! expired — safe with any number of processes, each row is taken by compare-and-set),
+//! the gauges, pruning of old terminal operations, and the retention sweep.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::db::Db;
+use crate::metrics as m;
+use crate::queue::Queue;
+use crate::store::{leases, now_ms};
+use context_jobs::contract::{ContextOperationKind, ContextOperationState, RetentionPolicy};
+
+/// A queued operation pushed this long ago and still not started is pushed again (the
+/// push may have been lost: a Redis restart without persistence, a failed push).
+const REPUSH_AFTER_MS: i64 = 60_000;
+
+pub fn spawn(db: Db, queue: Queue, config: Arc<Config>, holder: String, shutdown: CancellationToken) -> JoinHandle<anyhow::Result<()>> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(config.dispatch_interval_ms));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_prune = 0i64;
+        let mut last_sweep_check = 0i64;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = dispatch_once(&db, &queue).await {
+                tracing::warn!(error = format!("{e:#}"), "dispatcher round failed");
+            }
+            if let Err(e) = update_gauges(&db, &queue).await {
+                tracing::debug!(error = format!("{e:#}"), "gauge refresh failed");
+            }
+            let now = now_ms();
+            if now - last_prune > 600_000 {
+                last_prune = now;
+                let keep = i64::from(config.operation_retention_days) * 86_400_000;
+                match leases::prune(&db, now - keep).await {
+                    Ok(n) => metrics::counter!(m::PRUNED).increment(n),
+                    Err(e) => tracing::warn!(error = %e, "pruning old operations failed"),
+                }
+                if let Err(e) = queue.vacuum(Duration::from_secs(3600)).await {
+                    tracing::debug!(error = format!("{e:#}"), "queue vacuum failed");
+                }
+            }
+            if config.retention_sweep_secs > 0 && now - last_sweep_check > 5_000 {
+                last_sweep_check = now;
+                let policy = RetentionPolicy {
+                    max_age_days: (config.retention_max_age_days > 0).then_some(config.retention_max_age_days),
+                    max_messages: (config.retention_max_messages > 0).then_some(config.retention_max_messages),
+                };
+                let period = config.retention_sweep_secs as i64 * 1000;
+                match super::retention::sweep_tick(&db, &holder, period, &policy, i64::from(config.batch_size)).await {
+                    Ok(Some(n)) => tracing::info!(deleted = n, "retention sweep finished"),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
+                }
+            }
+        }
+    })
+}
+
+/// One dispatcher round; returns how many operations were pushed.
+pub async fn dispatch_once(db: &Db, queue: &Queue) -> anyhow::Result<usize> {
+    let due = leases::take_dispatchable(db, REPUSH_AFTER_MS, 500).await?;
+    let mut pushed = 0;
+    for op in &due {
+        match queue.push(op.kind, &op.id).await {
+            Ok(()) => {
+                pushed += 1;
+                let reason = if op.orphaned { "lease_expired" } else { "queued" };
+                metrics::counter!(m::DISPATCHED, "kind" => op.kind.as_str(), "reason" => reason).increment(1);
+            }
+            // Left marked as pushed: the next round after REPUSH_AFTER_MS tries again.
+            Err(e) => tracing::warn!(operation = %op.id, error = format!("{e:#}"), "dispatcher push failed"),
+        }
+    }
+    Ok(pushed)
+}
+
+async fn update_gauges(db: &Db, queue: &Queue) -> anyhow::Result<()> {
+    let (counts, oldest) = leases::census(db).await?;
+    for kind in ContextOperationKind::ALL {
+        for state in ContextOperationState::ALL {
+            let n = counts
+                .iter()
+                .find(|(k, s, _)| k == kind.as_str() && s == state.as_str())
+                .map(|c| c.2)
+                .unwrap_or(0);
+            metrics::gauge!(m::OPERATIONS_GAUGE, "kind" => kind.as_str(), "state" => state.as_str()).set(n as f64);
+        }
+        let depth = queue.depth(kind).await?;
+        for (status, v) in [("pending", depth.pending), ("scheduled", depth.scheduled), ("inflight", depth.inflight), ("dead", depth.dead)] {
+            metrics::gauge!(m::QUEUE_DEPTH, "kind" => kind.as_str(), "status" => status).set(v as f64);
+        }
+    }
+    metrics::gauge!(m::OLDEST_QUEUED).set(oldest.map(|ms| ms as f64 / 1000.0).unwrap_or(0.0));
+    Ok(())
+}

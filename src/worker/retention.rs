@@ -1,0 +1,229 @@
+//! Retention: the `retention` job for one conversation, and the periodic sweep that
+//! applies the configured default policy to every conversation.
+//!
+//! The job plans once (`jobs::retention::plan`), stores the plan in its checkpoint, and
+//! deletes by that fixed predicate in fenced batches, so a resumed run removes exactly
+//! what was planned. The sweep is run by one worker per tick: a compare-and-set on the
+//! `maintenance` row decides which.
+
+use serde_json::{Value, json};
+
+use super::{JobCtx, JobError};
+use crate::db::{BeginWrite as _, Db};
+use crate::store::leases::Progress;
+use crate::store::{StoreResult, now_ms};
+use crate::{fenced_checkpoint, with_pool};
+use context_jobs::contract::RetentionPolicy;
+use context_jobs::operation::error_code;
+use context_jobs::retention::{RetentionPlan, plan};
+
+/// Plan retention for one conversation: count, the cut sequence, and how many go.
+pub async fn plan_for(db: &Db, tenant: &str, conversation_id: &str, policy: &RetentionPolicy) -> StoreResult<(RetentionPlan, i64)> {
+    let count: i64 = with_pool!(db, pool => {
+        sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE tenant = $1 AND conversation_id = $2")
+            .bind(tenant)
+            .bind(conversation_id)
+            .fetch_one(pool)
+            .await?
+    });
+    let nth = match policy.max_messages {
+        Some(max) if count > i64::from(max) => with_pool!(db, pool => {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT sequence FROM messages WHERE tenant = $1 AND conversation_id = $2 ORDER BY sequence DESC LIMIT 1 OFFSET $3",
+            )
+            .bind(tenant)
+            .bind(conversation_id)
+            .bind(i64::from(max))
+            .fetch_optional(pool)
+            .await?
+        }),
+        _ => None,
+    };
+    let plan = plan(policy, now_ms(), count.max(0) as u64, |_| nth);
+    let (older, upto) = bounds(&plan);
+    let doomed: i64 = with_pool!(db, pool => {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM messages WHERE tenant = $1 AND conversation_id = $2 AND (created_at_ms < $3 OR sequence <= $4)",
+        )
+        .bind(tenant)
+        .bind(conversation_id)
+        .bind(older)
+        .bind(upto)
+        .fetch_one(pool)
+        .await?
+    });
+    Ok((plan, doomed))
+}
+
+fn bounds(plan: &RetentionPlan) -> (i64, i64) {
+    (plan.older_than_ms.unwrap_or(i64::MIN), plan.up_to_sequence.unwrap_or(-1))
+}
+
+/// Delete one batch by `plan`; returns rows deleted. Runs inside the caller's transaction.
+macro_rules! delete_batch {
+    ($tx:expr, $tenant:expr, $conversation:expr, $plan:expr, $batch:expr) => {{
+        let (older, upto) = bounds($plan);
+        let deleted = sqlx::query(
+            "DELETE FROM messages WHERE tenant = $1 AND conversation_id = $2 AND id IN \
+             (SELECT id FROM messages WHERE tenant = $1 AND conversation_id = $2 AND (created_at_ms < $3 OR sequence <= $4) \
+              ORDER BY sequence LIMIT $5)",
+        )
+        .bind($tenant)
+        .bind($conversation)
+        .bind(older)
+        .bind(upto)
+        .bind($batch)
+        .execute(&mut *$tx)
+        .await?
+        .rows_affected() as i64;
+        sqlx::query("UPDATE conversations SET message_count = message_count - $3 WHERE tenant = $1 AND conversation_id = $2")
+            .bind($tenant)
+            .bind($conversation)
+            .bind(deleted)
+            .execute(&mut *$tx)
+            .await?;
+        deleted
+    }};
+}
+
+pub async fn run(ctx: &JobCtx, conversation_id: &str, policy: &RetentionPolicy) -> Result<Value, JobError> {
+    let tenant = ctx.operation.tenant.as_str();
+    let mut processed = ctx.operation.processed;
+    let mut total = ctx.operation.total;
+    let plan: RetentionPlan = match &ctx.operation.checkpoint {
+        Some(saved) => serde_json::from_str(saved)
+            .map_err(|e| JobError::permanent(error_code::CORRUPT_OPERATION, format!("bad retention checkpoint: {e}")))?,
+        None => {
+            let (plan, doomed) = plan_for(&ctx.db, tenant, conversation_id, policy).await?;
+            total = doomed;
+            let progress = Progress {
+                phase: "planned",
+                processed: 0,
+                total,
+                checkpoint: Some(serde_json::to_string(&plan).unwrap_or_default()),
+            };
+            let cancel = with_pool!(&ctx.db, pool => {
+                let mut tx = pool.begin_write().await?;
+                let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress)?;
+                tx.commit().await?;
+                cancel
+            });
+            ctx.boundary(cancel)?;
+            plan
+        }
+    };
+    let batch = ctx.batch_size();
+    let checkpoint = Some(serde_json::to_string(&plan).unwrap_or_default());
+    while !plan.is_noop() {
+        let (deleted, cancel) = with_pool!(&ctx.db, pool => {
+            let mut tx = pool.begin_write().await?;
+            let deleted = delete_batch!(tx, tenant, conversation_id, &plan, batch);
+            let progress = Progress {
+                phase: "deleting",
+                processed: processed + deleted,
+                total: total.max(processed + deleted),
+                checkpoint: checkpoint.clone(),
+            };
+            let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress)?;
+            tx.commit().await?;
+            (deleted, cancel)
+        });
+        processed += deleted;
+        total = total.max(processed);
+        metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "retention").increment(deleted as u64);
+        if deleted < batch {
+            break;
+        }
+        ctx.boundary(cancel)?;
+    }
+    Ok(json!({"deletedMessages": processed, "plan": plan}))
+}
+
+const SWEEP: &str = "retention_sweep";
+
+/// One sweep tick, if this process wins it: apply `policy` to every conversation of every
+/// tenant. Returns `Some(deleted)` when this process ran the tick.
+pub async fn sweep_tick(db: &Db, holder: &str, period_ms: i64, policy: &RetentionPolicy, batch: i64) -> StoreResult<Option<i64>> {
+    let now = now_ms();
+    let won = with_pool!(db, pool => {
+        sqlx::query("INSERT INTO maintenance (name) VALUES ($1) ON CONFLICT (name) DO NOTHING")
+            .bind(SWEEP)
+            .execute(pool)
+            .await?;
+        sqlx::query(
+            "UPDATE maintenance SET holder = $2, lease_until_ms = $3 WHERE name = $1 AND lease_until_ms < $4 \
+             AND (last_run_ms IS NULL OR last_run_ms <= $5)",
+        )
+        .bind(SWEEP)
+        .bind(holder)
+        .bind(now + period_ms.max(60_000))
+        .bind(now)
+        .bind(now - period_ms)
+        .execute(pool)
+        .await?
+        .rows_affected()
+    }) == 1;
+    if !won {
+        return Ok(None);
+    }
+    let mut deleted_total = 0i64;
+    let mut after: (String, String) = (String::new(), String::new());
+    loop {
+        let page: Vec<(String, String)> = with_pool!(db, pool => {
+            sqlx::query_as(
+                "SELECT tenant, conversation_id FROM conversations WHERE deleting_operation IS NULL \
+                 AND (tenant > $1 OR (tenant = $1 AND conversation_id > $2)) ORDER BY tenant, conversation_id LIMIT 200",
+            )
+            .bind(after.0.as_str())
+            .bind(after.1.as_str())
+            .fetch_all(pool)
+            .await?
+        });
+        let Some(last) = page.last().cloned() else { break };
+        for (tenant, conversation) in &page {
+            let (plan, doomed) = plan_for(db, tenant, conversation, policy).await?;
+            if plan.is_noop() || doomed == 0 {
+                continue;
+            }
+            loop {
+                let deleted = with_pool!(db, pool => {
+                    let mut tx = pool.begin_write().await?;
+                    let deleted = delete_batch!(tx, tenant.as_str(), conversation.as_str(), &plan, batch);
+                    tx.commit().await?;
+                    deleted
+                });
+                deleted_total += deleted;
+                if deleted < batch {
+                    break;
+                }
+            }
+        }
+        after = last;
+    }
+    with_pool!(db, pool => {
+        sqlx::query(
+            "UPDATE maintenance SET last_run_ms = $2, processed = processed + $3, lease_until_ms = 0 WHERE name = $1 AND holder = $4",
+        )
+        .bind(SWEEP)
+        .bind(now_ms())
+        .bind(deleted_total)
+        .bind(holder)
+        .execute(pool)
+        .await?;
+    });
+    metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "retention_sweep").increment(deleted_total as u64);
+    Ok(Some(deleted_total))
+}
+
+/// `(last_run_ms, processed)` of a maintenance loop.
+pub async fn maintenance_status(db: &Db, name: &str) -> StoreResult<(Option<i64>, i64)> {
+    let row: Option<(Option<i64>, i64)> = with_pool!(db, pool => {
+        sqlx::query_as("SELECT last_run_ms, processed FROM maintenance WHERE name = $1")
+            .bind(name)
+            .fetch_optional(pool)
+            .await?
+    });
+    Ok(row.unwrap_or((None, 0)))
+}
+
+pub const SWEEP_NAME: &str = SWEEP;
