@@ -111,6 +111,67 @@ pub struct Config {
     /// Default policy of the sweep: maximum messages kept per conversation (0 = no limit).
     #[arg(long, env = "CONTEXT_OPS_RETENTION_MAX_MESSAGES", default_value_t = 100_000, global = true)]
     pub retention_max_messages: u32,
+
+    /// Embedder for the vector projection: `hashing` (built in, deterministic, no network)
+    /// or `openai` (an OpenAI-compatible `/v1/embeddings` endpoint).
+    #[arg(long, env = "CONTEXT_OPS_EMBEDDER", default_value = "hashing", global = true)]
+    pub embedder: String,
+
+    /// Base URL of the embeddings endpoint (`openai` embedder).
+    #[arg(long, env = "CONTEXT_OPS_EMBEDDINGS_BASE_URL", global = true)]
+    pub embeddings_base_url: Option<String>,
+
+    /// API key of the embeddings endpoint (never logged).
+    #[arg(long, env = "CONTEXT_OPS_EMBEDDINGS_API_KEY", hide_env_values = true, global = true)]
+    pub embeddings_api_key: Option<String>,
+
+    /// Embedding model name (`openai` embedder).
+    #[arg(long, env = "CONTEXT_OPS_EMBEDDINGS_MODEL", default_value = "text-embedding-3-small", global = true)]
+    pub embeddings_model: String,
+
+    /// Vector dimension (the hashing embedder's output size).
+    #[arg(long, env = "CONTEXT_OPS_EMBEDDING_DIM", default_value_t = 256, global = true)]
+    pub embedding_dim: usize,
+
+    /// Period of the background projector, milliseconds (0 disables it).
+    #[arg(long, env = "CONTEXT_OPS_PROJECTOR_INTERVAL_MS", default_value_t = 1000, global = true)]
+    pub projector_interval_ms: u64,
+
+    /// Bytes per stored artifact chunk.
+    #[arg(long, env = "CONTEXT_OPS_ARTIFACT_CHUNK_BYTES", default_value_t = 1024 * 1024, global = true)]
+    pub artifact_chunk_bytes: usize,
+
+    /// Largest artifact `export-artifacts/get` returns whole; larger ones are downloaded in chunks.
+    #[arg(long, env = "CONTEXT_OPS_ARTIFACT_INLINE_MAX_BYTES", default_value_t = 8 * 1024 * 1024, global = true)]
+    pub artifact_inline_max_bytes: usize,
+
+    /// Days artifacts are kept before they expire.
+    #[arg(long, env = "CONTEXT_OPS_ARTIFACT_RETENTION_DAYS", default_value_t = 7, global = true)]
+    pub artifact_retention_days: u32,
+
+    /// Base URL of the Responses provider (`{base}/v1/responses`).
+    #[arg(long, env = "RESPONSES_BASE_URL", default_value = "https://api.openai.com", global = true)]
+    pub responses_base_url: String,
+
+    /// API key of the Responses provider. Never logged, stored or echoed.
+    #[arg(long, env = "RESPONSES_API_KEY", hide_env_values = true, global = true)]
+    pub responses_api_key: Option<String>,
+
+    /// Connect timeout of provider calls, milliseconds.
+    #[arg(long, env = "RESPONSES_CONNECT_TIMEOUT_MS", default_value_t = 5_000, global = true)]
+    pub responses_connect_timeout_ms: u64,
+
+    /// Total timeout of one provider call, milliseconds.
+    #[arg(long, env = "RESPONSES_TIMEOUT_MS", default_value_t = 600_000, global = true)]
+    pub responses_timeout_ms: u64,
+
+    /// Provider attempts per inference operation (first try included).
+    #[arg(long, env = "RESPONSES_MAX_ATTEMPTS", default_value_t = 3, global = true)]
+    pub responses_max_attempts: u32,
+
+    /// Budget of conversation history loaded into an inference turn, bytes of text.
+    #[arg(long, env = "CONTEXT_OPS_INFERENCE_HISTORY_BYTES", default_value_t = 256 * 1024, global = true)]
+    pub inference_history_bytes: usize,
 }
 
 impl Config {
@@ -131,6 +192,20 @@ impl Config {
         if let Some(token) = &self.service_token {
             anyhow::ensure!(!token.trim().is_empty(), "AGENT_CONTEXT_SERVICE_TOKEN must not be empty");
         }
+        anyhow::ensure!(
+            matches!(self.embedder.as_str(), "hashing" | "openai"),
+            "CONTEXT_OPS_EMBEDDER must be `hashing` or `openai`"
+        );
+        if self.embedder == "openai" {
+            anyhow::ensure!(self.embeddings_base_url.is_some(), "CONTEXT_OPS_EMBEDDINGS_BASE_URL is required with the openai embedder");
+        }
+        anyhow::ensure!((8..=4096).contains(&self.embedding_dim), "CONTEXT_OPS_EMBEDDING_DIM must be in 8..=4096");
+        anyhow::ensure!(self.artifact_chunk_bytes >= 4096, "CONTEXT_OPS_ARTIFACT_CHUNK_BYTES must be at least 4096");
+        anyhow::ensure!(self.responses_max_attempts >= 1, "RESPONSES_MAX_ATTEMPTS must be at least 1");
+        anyhow::ensure!(
+            self.responses_base_url.starts_with("http://") || self.responses_base_url.starts_with("https://"),
+            "RESPONSES_BASE_URL must be an http(s) URL"
+        );
         if let Some(url) = &self.redis_url {
             anyhow::ensure!(
                 url.starts_with("redis://") || url.starts_with("rediss://"),

@@ -144,11 +144,15 @@ type MigrationSet = &'static [(i64, &'static str, &'static str)];
 const POSTGRES_MIGRATIONS: MigrationSet = &[
     (1, "messages", include_str!("../migrations/postgres/0001_messages.sql")),
     (2, "operations", include_str!("../migrations/postgres/0002_operations.sql")),
+    (3, "entries", include_str!("../migrations/postgres/0003_entries.sql")),
+    (4, "artifacts", include_str!("../migrations/postgres/0004_artifacts.sql")),
 ];
 
 const SQLITE_MIGRATIONS: MigrationSet = &[
     (1, "messages", include_str!("../migrations/sqlite/0001_messages.sql")),
     (2, "operations", include_str!("../migrations/sqlite/0002_operations.sql")),
+    (3, "entries", include_str!("../migrations/sqlite/0003_entries.sql")),
+    (4, "artifacts", include_str!("../migrations/sqlite/0004_artifacts.sql")),
 ];
 
 #[cfg(test)]

@@ -39,6 +39,12 @@ struct Env {
 
 impl Env {
     async fn new(backend: Backend) -> Env {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            )
+            .with_test_writer()
+            .try_init();
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config::defaults();
         config.queue_namespace = common::unique("q");
@@ -252,6 +258,8 @@ async fn delivers_every_message(backend: Backend) {
             pusher.push(DELETE, &id).await.unwrap();
             recorder.wait_for_ids(std::slice::from_ref(&id)).await;
             samples.push(before.elapsed());
+            // Let the worker go idle (acknowledged, nothing held) before the next push.
+            env.wait_depth(DELETE, |d| d.inflight == 0).await;
         }
         eprintln!(
             "[{backend:?}] single message, {label}: push→handle p50 {:?}, max {:?}",

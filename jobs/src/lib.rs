@@ -3,6 +3,7 @@
 //! functions. No I/O, no async runtime, no database: everything here is unit-testable.
 
 pub mod contract;
+pub mod kinds;
 pub mod responses;
 pub mod operation;
 pub mod retention;

@@ -3,7 +3,6 @@
 //! The shell runs this against the database; nothing here does I/O.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::contract::{ContextOperationKind, ContextOperationState, RetentionPolicy};
@@ -43,9 +42,10 @@ pub enum OperationRequest {
         conversation_id: String,
         policy: RetentionPolicy,
     },
-    /// Any other kind keeps its own payload as JSON; its job module decodes it.
-    #[serde(untagged)]
-    Other(Value),
+    RebuildVector(crate::kinds::rebuild_vector::RebuildVectorJob),
+    Export(crate::kinds::export::ExportJob),
+    Import(crate::kinds::import::ImportJob),
+    Inference(crate::kinds::inference::InferenceJob),
 }
 
 impl OperationRequest {
@@ -105,9 +105,17 @@ pub fn etag(operation_id: &str, version: u64) -> String {
     format!("\"{operation_id}.{version}\"")
 }
 
-/// Whether `kind` is carried out by the operations engine in this build.
-pub fn is_supported(kind: ContextOperationKind) -> bool {
-    matches!(kind, ContextOperationKind::Delete | ContextOperationKind::Retention)
+impl OperationRequest {
+    pub fn kind(&self) -> ContextOperationKind {
+        match self {
+            Self::Delete { .. } => ContextOperationKind::Delete,
+            Self::Retention { .. } => ContextOperationKind::Retention,
+            Self::RebuildVector(_) => ContextOperationKind::RebuildVector,
+            Self::Export(_) => ContextOperationKind::Export,
+            Self::Import(_) => ContextOperationKind::Import,
+            Self::Inference(_) => ContextOperationKind::Inference,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,10 @@
 
 pub mod delete;
 pub mod dispatcher;
+pub mod export;
+pub mod import;
+pub mod inference;
+pub mod rebuild_vector;
 pub mod retention;
 pub mod runner;
 

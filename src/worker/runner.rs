@@ -151,9 +151,9 @@ async fn run_job(ctx: &JobCtx) -> Result<Value, JobError> {
         OperationRequest::Retention { conversation_id, policy } => {
             super::retention::run(ctx, &conversation_id, &policy).await
         }
-        OperationRequest::Other(_) => Err(JobError::permanent(
-            error_code::INVALID_REQUEST,
-            format!("operations of kind {} are not supported by this worker", ctx.operation.kind.as_str()),
-        )),
+        OperationRequest::RebuildVector(job) => super::rebuild_vector::run(ctx, &job).await,
+        OperationRequest::Export(job) => super::export::run(ctx, &job).await,
+        OperationRequest::Import(job) => super::import::run(ctx, &job).await,
+        OperationRequest::Inference(job) => super::inference::run(ctx, &job).await,
     }
 }

@@ -1,0 +1,2 @@
+-- Artifacts and their chunks (issue: export and import).
+SELECT 1;

@@ -1,0 +1,208 @@
+//! Child processes for fault tests: the real `context-ops` binary and a private
+//! `redis-server`, each killed and reaped when its guard is dropped (also when the test
+//! panics). Output goes to a log file per process so a failure can show its tail.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_context-ops");
+
+/// Variables the binary reads; removed so the parent's environment cannot leak in.
+const CLEARED: &[&str] = &["DATABASE_URL", "REDIS_URL", "AGENT_CONTEXT_SERVICE_TOKEN", "RUST_LOG", "HOSTNAME"];
+
+/// A free TCP port on 127.0.0.1 (bound to port 0, read, released).
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    listener.local_addr().unwrap().port()
+}
+
+/// A running child process. Dropping it sends SIGKILL (which also ends a stopped process)
+/// and reaps it.
+pub struct Proc {
+    pub name: String,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, mut cmd: Command, dir: &Path) -> Proc {
+        let log = dir.join(format!("{name}.log"));
+        let out = File::create(&log).expect("create log file");
+        let err = out.try_clone().unwrap();
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        Proc { name: name.to_string(), child: Some(child), log }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("process is alive").id()
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Send a signal by name (`STOP`, `CONT`, …) with `kill(1)`.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {} failed", self.pid());
+    }
+
+    /// Panics with the log tail if the process has exited.
+    pub fn assert_alive(&mut self) {
+        if let Some(child) = self.child.as_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            panic!("{} exited early with {status}; log tail:\n{}", self.name, self.log_tail(40));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = self.log();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if std::thread::panicking() && self.child.is_some() {
+            eprintln!("---- {} log tail ----\n{}\n----", self.name, self.log_tail(30));
+        }
+        self.kill();
+    }
+}
+
+/// How to run the service: every test process shares these, differing only in port.
+#[derive(Clone)]
+pub struct ServiceEnv {
+    pub database_url: String,
+    pub redis_url: Option<String>,
+    pub namespace: String,
+    pub lease_secs: u64,
+    pub dir: PathBuf,
+}
+
+impl ServiceEnv {
+    pub fn command(&self, subcommand: &str, port: u16) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.arg(subcommand).current_dir(&self.dir);
+        for (key, _) in std::env::vars_os() {
+            if key.to_str().is_some_and(|k| k.starts_with("CONTEXT_OPS_") || CLEARED.contains(&k)) {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.env("DATABASE_URL", &self.database_url)
+            .env("CONTEXT_OPS_QUEUE_NAMESPACE", &self.namespace)
+            .env("CONTEXT_OPS_BIND", format!("127.0.0.1:{port}"))
+            .env("CONTEXT_OPS_LEASE_SECS", self.lease_secs.to_string())
+            .env("CONTEXT_OPS_DISPATCH_INTERVAL_MS", "200")
+            .env("CONTEXT_OPS_BATCH_SIZE", "2000")
+            .env("CONTEXT_OPS_RETENTION_SWEEP_SECS", "0")
+            .env("CONTEXT_OPS_DB_MAX_CONNECTIONS", "6")
+            .env("RUST_LOG", "info,sqlx=warn")
+            .env("RUST_BACKTRACE", "1");
+        if let Some(redis) = &self.redis_url {
+            cmd.env("REDIS_URL", redis);
+        }
+        cmd
+    }
+
+    /// Apply the migrations (`context-ops migrate`) so the test can seed before starting.
+    pub fn migrate(&self) {
+        let out = self.command("migrate", 0).output().expect("run context-ops migrate");
+        assert!(
+            out.status.success(),
+            "migrate failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Start `subcommand` (`serve`, `api`, `worker`) on a fresh port.
+    pub fn spawn(&self, name: &str, subcommand: &str) -> Service {
+        let port = free_port();
+        let proc = Proc::spawn(name, self.command(subcommand, port), &self.dir);
+        Service { proc, base: format!("http://127.0.0.1:{port}") }
+    }
+}
+
+/// A service process and its base URL (meaningful for `serve` and `api`).
+pub struct Service {
+    pub proc: Proc,
+    pub base: String,
+}
+
+impl Service {
+    /// Poll `/health` until it answers 200 (or panic with the log after `within`).
+    pub async fn wait_healthy(&mut self, client: &reqwest::Client, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            self.proc.assert_alive();
+            let ok = client
+                .get(format!("{}/health", self.base))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} not healthy within {within:?}; log tail:\n{}",
+                self.proc.name,
+                self.proc.log_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A private, non-persistent `redis-server` on `port`.
+pub fn start_redis(dir: &Path, name: &str, port: u16) -> Proc {
+    let mut cmd = Command::new("redis-server");
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(["--daemonize", "no"])
+        .current_dir(dir);
+    let mut proc = Proc::spawn(name, cmd, dir);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !redis_pings(port) {
+        proc.assert_alive();
+        assert!(Instant::now() < deadline, "redis-server on {port} did not answer; log:\n{}", proc.log_tail(20));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    proc
+}
+
+/// One raw `PING` over RESP.
+pub fn redis_pings(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 16];
+    matches!(stream.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+}
