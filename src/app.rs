@@ -23,12 +23,26 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub metrics: PrometheusHandle,
     pub queue: Queue,
+    /// The vector projection's embedder (recall embeds queries with it).
+    pub embedder: Arc<crate::embedder::Embedder>,
+    /// In-memory recall indexes, one per recently used tenant.
+    pub recall_index: Arc<crate::store::recall_index::RecallIndexes>,
 }
 
 impl AppState {
     pub fn new(db: Db, queue: Queue, config: Config) -> anyhow::Result<Self> {
         let auth = Authenticator::new(config.service_token.clone(), config.jwt_secret.as_deref())?;
-        Ok(Self { db, auth: Arc::new(auth), config: Arc::new(config), metrics: crate::metrics::handle(), queue })
+        let embedder = crate::embedder::Embedder::from_config(&config)?;
+        let recall_index = crate::store::recall_index::RecallIndexes::new(embedder.model(), embedder.dim());
+        Ok(Self {
+            db,
+            auth: Arc::new(auth),
+            config: Arc::new(config),
+            metrics: crate::metrics::handle(),
+            queue,
+            embedder: Arc::new(embedder),
+            recall_index: Arc::new(recall_index),
+        })
     }
 }
 

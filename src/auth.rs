@@ -117,6 +117,10 @@ impl Authenticator {
                     return Err(AppError::Unauthorized(format!("invalid credentials: {what} must not contain '/'")));
                 }
             }
+            // `default/default` is the open/static-token tenant; a JWT may not claim it.
+            if TenantKey::new(&c.tenant_id, &c.project_id) == TenantKey::default_tenant() {
+                return Err(AppError::Unauthorized("invalid credentials: tenant default/default is reserved".into()));
+            }
             return Ok(Caller {
                 tenant: TenantKey::new(&c.tenant_id, &c.project_id),
                 scope: AuthorizedScope { tenant_id: c.tenant_id, project_id: c.project_id, subject: c.sub },

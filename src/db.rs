@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{PgPool, SqlSafeStr, SqlitePool, Transaction};
+use sqlx::{Connection as _, PgConnection, PgPool, SqlSafeStr, SqlitePool, Transaction};
 
 #[derive(Clone, Debug)]
 pub enum Db {
@@ -64,13 +64,14 @@ impl BeginWrite for SqlitePool {
 
 /// The URL with any password replaced, for log lines and error messages.
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}://{}:***@{}", &url[..scheme], user, &url[at + 1..])
-        }
-        _ => url.to_string(),
+    let Some(scheme) = url.find("://") else { return url.to_string() };
+    let rest = &url[scheme + 3..];
+    // The userinfo ends at the last '@' before the path starts.
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else { return url.to_string() };
+    match rest[..at].split_once(':') {
+        Some((user, _password)) => format!("{}://{}:***@{}", &url[..scheme], user, &rest[at + 1..]),
+        None => url.to_string(),
     }
 }
 
@@ -81,6 +82,14 @@ impl Db {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url)
                 .with_context(|| format!("invalid DATABASE_URL {shown}"))?;
+            // One direct attempt first: the pool would retry a refused connection until its
+            // acquire timeout and then report only "pool timed out", hiding the cause.
+            let probe = tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&options))
+                .await
+                .map_err(|_| anyhow::anyhow!("timed out after 10 s"))
+                .and_then(|r| r.map_err(anyhow::Error::from))
+                .with_context(|| format!("cannot connect to PostgreSQL at {shown}"))?;
+            let _ = probe.close().await;
             let pool = PgPoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(Duration::from_secs(10))
@@ -163,6 +172,8 @@ mod tests {
     fn redacts_passwords() {
         assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
         assert_eq!(redact_url("sqlite:ctx.sqlite"), "sqlite:ctx.sqlite");
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("postgres://u:p@h/db?x=a@b"), "postgres://u:***@h/db?x=a@b");
     }
 
     #[test]

@@ -64,6 +64,9 @@ impl IntoResponse for AppError {
             _ => {}
         }
         let mut response = api_error_response(self.status(), self.to_string());
+        if matches!(self, AppError::Unauthorized(_)) {
+            response.headers_mut().insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
+        }
         if matches!(self, AppError::Unavailable(_)) {
             response.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("1"));
         }

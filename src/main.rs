@@ -26,6 +26,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         tracing::info!("migrations applied");
         return Ok(());
     }
+    let signal = server::shutdown_signal();
     let running = server::start(cli.config, cli.command).await?;
-    running.until(server::shutdown_signal()).await
+    running.until(signal).await
 }

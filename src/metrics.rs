@@ -37,7 +37,7 @@ pub fn handle() -> PrometheusHandle {
         .clone()
 }
 
-fn status_class(status: u16) -> &'static str {
+pub fn status_class(status: u16) -> &'static str {
     match status {
         100..=199 => "1xx",
         200..=299 => "2xx",

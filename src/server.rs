@@ -36,11 +36,33 @@ impl Running {
         Ok(())
     }
 
-    /// Wait until a task ends by itself (an error) or `signal` fires, then stop.
-    pub async fn until(self, signal: impl Future<Output = ()>) -> anyhow::Result<()> {
-        signal.await;
-        tracing::info!("shutting down");
-        self.stop().await
+    /// Run until `signal` fires or a task ends by itself (a failure: serving and workers
+    /// only end when asked), then stop everything. A task's failure is the result.
+    pub async fn until(mut self, signal: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let tasks = std::mem::take(&mut self.tasks);
+        let mut pending: futures::stream::FuturesUnordered<_> = tasks.into_iter().collect();
+        let failure = tokio::select! {
+            _ = signal => {
+                tracing::info!("shutting down");
+                None
+            }
+            Some(ended) = futures::StreamExt::next(&mut pending) => Some(match ended {
+                Ok(Ok(())) => anyhow::anyhow!("a service task stopped unexpectedly"),
+                Ok(Err(e)) => e,
+                Err(e) => anyhow::anyhow!("a service task panicked: {e}"),
+            }),
+        };
+        self.shutdown.cancel();
+        while let Some(ended) = futures::StreamExt::next(&mut pending).await {
+            if let Ok(Err(e)) | Err(e) = ended.map_err(anyhow::Error::from) {
+                tracing::warn!(error = format!("{e:#}"), "task failed during shutdown");
+            }
+        }
+        self.state.db.close().await;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 
@@ -70,19 +92,27 @@ pub async fn start(config: Config, command: Command) -> anyhow::Result<Running> 
     let mut tasks = Vec::new();
     let mut addr = config.bind;
     let mut metrics_addr = None;
-    if command.runs_api() {
-        let listener = TcpListener::bind(config.bind)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.bind))?;
+    // Bind every listener before spawning anything, so a failed bind leaks nothing.
+    let api_listener = match command.runs_api() {
+        true => Some(TcpListener::bind(config.bind).await.with_context(|| format!("cannot listen on {}", config.bind))?),
+        false => None,
+    };
+    let metrics_listener = match config.metrics_bind {
+        Some(bind) => {
+            Some(TcpListener::bind(bind).await.with_context(|| format!("cannot listen on {bind} for metrics"))?)
+        }
+        None => None,
+    };
+    if let Some(listener) = api_listener {
         addr = listener.local_addr()?;
         tracing::info!(%addr, "API listening");
         tasks.push(serve(listener, router(state.clone()), shutdown.clone()));
-        if let Some(bind) = config.metrics_bind {
-            let listener =
-                TcpListener::bind(bind).await.with_context(|| format!("cannot listen on {bind} for metrics"))?;
-            metrics_addr = Some(listener.local_addr()?);
-            tasks.push(serve(listener, metrics_router(state.clone()), shutdown.clone()));
-        }
+    }
+    if let Some(listener) = metrics_listener {
+        let bound = listener.local_addr()?;
+        metrics_addr = Some(bound);
+        tracing::info!(addr = %bound, "metrics listening");
+        tasks.push(serve(listener, metrics_router(state.clone()), shutdown.clone()));
     }
     if command.runs_workers() {
         let holder = format!(
@@ -93,6 +123,13 @@ pub async fn start(config: Config, command: Command) -> anyhow::Result<Running> 
         );
         let runner = Runner { db: state.db.clone(), config: state.config.clone(), shutdown: shutdown.clone() };
         tasks.push(state.queue.spawn_workers(Arc::new(runner), shutdown.clone()));
+        tasks.push(crate::worker::projector::spawn(
+            state.db.clone(),
+            state.embedder.clone(),
+            config.projector_interval_ms,
+            holder.clone(),
+            shutdown.clone(),
+        ));
         tasks.push(dispatcher::spawn(
             state.db.clone(),
             state.queue.clone(),
@@ -114,21 +151,26 @@ fn serve(listener: TcpListener, app: axum::Router, shutdown: CancellationToken) 
     })
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Resolves on SIGINT or SIGTERM. Call it (not await it) before starting, so a signal
+/// arriving during startup is not lost to the default action.
+pub fn shutdown_signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        let ctrl_c = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        #[cfg(unix)]
+        let term = async move {
+            match term {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    }
 }

@@ -356,3 +356,67 @@ mod queued_operations {
         super::queued_cancel_idempotency_etag_and_tenants(super::Backend::Postgres).await;
     }
 }
+
+async fn retention_sweep(backend: Backend) {
+    let app = TestApp::start_with(backend, |c| {
+        c.retention_sweep_secs = 1;
+        c.retention_max_messages = 5;
+        c.retention_max_age_days = 0;
+    })
+    .await;
+    seed(&app, "sweep-a", 12).await;
+    seed(&app, "sweep-b", 3).await;
+    // The sweep runs on its own schedule: poll its reported figures (an external loop, so
+    // polling with a deadline is the condition to await).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, status) = app.get("/internal/v1/context/maintenance/status").await;
+        if status["retentionProcessed"].as_u64().unwrap_or(0) >= 7 {
+            assert!(status["retentionLastRunMs"].as_i64().unwrap() > 0);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "sweep never ran: {status}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(count(&app, "sweep-a").await, 5);
+    assert_eq!(count(&app, "sweep-b").await, 3);
+    app.stop().await;
+}
+
+async fn sweep_ticks_are_exclusive(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let db = app.running().state.db.clone();
+    let policy = context_jobs::contract::RetentionPolicy { max_age_days: None, max_messages: Some(1) };
+    let tick = |holder: &'static str| {
+        let db = db.clone();
+        let policy = policy.clone();
+        tokio::spawn(async move {
+            context_ops::worker::retention::sweep_tick(&db, holder, 3_600_000, &policy, 100).await.unwrap()
+        })
+    };
+    let (a, b, c) = tokio::join!(tick("a"), tick("b"), tick("c"));
+    let ran = [a.unwrap(), b.unwrap(), c.unwrap()].iter().filter(|r| r.is_some()).count();
+    assert_eq!(ran, 1, "exactly one holder runs a tick");
+    // The period has not passed: nobody runs the next tick yet.
+    assert!(tick("d").await.unwrap().is_none());
+    app.stop().await;
+}
+
+mod sweep {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        super::retention_sweep(super::Backend::Sqlite).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        super::retention_sweep(super::Backend::Postgres).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn exclusive_sqlite() {
+        super::sweep_ticks_are_exclusive(super::Backend::Sqlite).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn exclusive_postgres() {
+        super::sweep_ticks_are_exclusive(super::Backend::Postgres).await;
+    }
+}

@@ -24,6 +24,8 @@ pub mod error_code {
     pub const TIMEOUT: &str = "timeout";
     /// An unexpected internal failure that retrying will not fix.
     pub const INTERNAL: &str = "internal";
+    /// The embeddings provider refused the input or replied with something undecodable.
+    pub const EMBEDDING_FAILED: &str = "embedding_failed";
 }
 
 /// What a submitted operation asks for. Stored as the operation's `request` and the

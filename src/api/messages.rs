@@ -1,6 +1,9 @@
 //! The contract's message endpoints: append, recent, page, search, conversations:list.
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
+
+use super::body::AppendJson;
 use axum::extract::State;
 use axum::routing::post;
 
@@ -18,7 +21,8 @@ use context_jobs::contract::{
 
 pub fn routes() -> Router<AppState> {
     Router::new()
-        .route(MESSAGES_APPEND_PATH, post(append))
+        // The append route enforces its own limit and drains oversized bodies.
+        .route(MESSAGES_APPEND_PATH, post(append).layer(DefaultBodyLimit::disable()))
         .route(MESSAGES_RECENT_PATH, post(recent))
         .route(MESSAGES_PAGE_PATH, post(page))
         .route(MESSAGES_SEARCH_PATH, post(search))
@@ -28,7 +32,7 @@ pub fn routes() -> Router<AppState> {
 async fn append(
     State(state): State<AppState>,
     caller: Caller,
-    ApiJson(request): ApiJson<AppendMessagesRequest>,
+    AppendJson(request): AppendJson<AppendMessagesRequest>,
 ) -> ApiResult<ApiJson<AppendResponse>> {
     validate_append(&request.messages).map_err(AppError::BadRequest)?;
     let response = store::append(&state.db, &caller.tenant, &request.messages).await?;

@@ -139,7 +139,7 @@ async fn advanced(
 ) -> ApiResult<Response> {
     let kind = ContextOperationKind::parse(&body.kind)
         .ok_or_else(|| AppError::BadRequest(format!("unknown operation kind {:?}", truncate(&body.kind))))?;
-    let key = match body.idempotency_key {
+    let mut key = match body.idempotency_key {
         Some(k) => Some(super::submit::validate_key(k)?),
         None => idempotency_key(&headers)?,
     };
@@ -157,11 +157,26 @@ async fn advanced(
             validate_policy(&r.policy).map_err(AppError::BadRequest)?;
             (OperationRequest::Retention { conversation_id: r.scope.conversation_id, policy: r.policy }, None)
         }
-        other => {
-            return Err(AppError::BadRequest(format!(
-                "operations of kind {} are not available in this version",
-                other.as_str()
-            )));
+        ContextOperationKind::Inference => {
+            let s = serde_json::from_value(body.request).map_err(bad)?;
+            (super::inference::prepare(&state, &caller, s).await?, None)
+        }
+        ContextOperationKind::RebuildVector => {
+            let r = serde_json::from_value(body.request).map_err(bad)?;
+            (super::recall::rebuild_payload(r), None)
+        }
+        ContextOperationKind::Export => {
+            let r = serde_json::from_value(body.request).map_err(bad)?;
+            (super::transfers::export_payload(r), None)
+        }
+        ContextOperationKind::Import => {
+            let r = serde_json::from_value(body.request).map_err(bad)?;
+            let (payload, request_key) = super::transfers::import_payload(&state, &caller, r).await?;
+            if key.as_deref().is_some_and(|outer| outer != request_key) {
+                return Err(AppError::BadRequest("two different idempotency keys: the request's idempotencyKey is the one".into()));
+            }
+            key = Some(request_key);
+            (payload, None)
         }
     };
     let effect = match &conversation {
@@ -301,15 +316,18 @@ fn decode_cursor(s: &str) -> ApiResult<(i64, String)> {
     Ok((at, id.to_string()))
 }
 
-/// Retention-sweep figures are global (counts only, no tenant data); the projector fields
-/// stay empty until a vector projection exists.
-async fn maintenance(State(state): State<AppState>, _caller: Caller) -> ApiResult<ApiJson<ContextMaintenanceStatus>> {
+/// Retention-sweep and projector figures are global (counts only, no tenant data); the
+/// index watermark is the caller's tenant's.
+async fn maintenance(State(state): State<AppState>, caller: Caller) -> ApiResult<ApiJson<ContextMaintenanceStatus>> {
     let (last, processed) = maintenance_status(&state.db, SWEEP_NAME).await?;
+    let (projector_last, projector_processed) =
+        maintenance_status(&state.db, crate::worker::projector::PROJECTOR_NAME).await?;
+    let watermark = crate::store::vectors::watermark(&state.db, &caller.tenant).await?;
     Ok(ApiJson(ContextMaintenanceStatus {
-        projector_last_run_ms: None,
-        projector_processed: 0,
+        projector_last_run_ms: projector_last,
+        projector_processed: projector_processed.max(0) as u64,
         retention_last_run_ms: last,
         retention_processed: processed.max(0) as u64,
-        index_watermark: None,
+        index_watermark: Some(watermark),
     }))
 }

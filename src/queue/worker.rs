@@ -17,8 +17,8 @@ use tokio::sync::{Notify, futures::OwnedNotified};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Backend, OperationHandler, OperationMessage, POLL_INTERVAL, QUEUE_DELIVERIES, QUEUE_WORKER_RESTARTS, Queue,
-    SHUTDOWN_TIMEOUT, kind_index,
+    Backend, OperationHandler, OperationMessage, POLL_INTERVAL, QUEUE_DELIVERIES,
+    QUEUE_WORKER_RESTARTS, Queue, SHUTDOWN_TIMEOUT, kind_index,
 };
 
 /// A delivered payload. Decoding never fails: anything that is not an `OperationMessage`
@@ -40,7 +40,9 @@ impl Codec<Envelope> for LenientCodec {
 
     fn encode(&self, value: &Envelope) -> Result<Vec<u8>, Infallible> {
         Ok(match value {
-            Envelope::Message(message) => serde_json::to_vec(message).expect("a struct of strings serializes"),
+            Envelope::Message(message) => {
+                serde_json::to_vec(message).expect("a struct of strings serializes")
+            }
             Envelope::Undecodable(raw) => raw.clone(),
         })
     }
@@ -124,10 +126,16 @@ impl PollStrategy for WakeOrInterval {
             ready = true;
         }
         while self.tick.as_mut().poll(cx).is_ready() {
-            self.tick.as_mut().reset(tokio::time::Instant::now() + POLL_INTERVAL);
+            self.tick
+                .as_mut()
+                .reset(tokio::time::Instant::now() + POLL_INTERVAL);
             ready = true;
         }
-        if ready { Poll::Ready(Some(())) } else { Poll::Pending }
+        if ready {
+            Poll::Ready(Some(()))
+        } else {
+            Poll::Pending
+        }
     }
 }
 
@@ -139,10 +147,23 @@ pub(super) fn worker_name(kind: ContextOperationKind, restarts: u32) -> String {
         .ok()
         .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
         .unwrap_or_default();
-    let host: String =
-        host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')).take(63).collect();
-    let host = if host.is_empty() { "host".to_owned() } else { host };
-    format!("{host}-{}-{}-r{restarts}-{:08x}", std::process::id(), kind.as_str(), fastrand::u32(..))
+    let host: String = host
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+        .take(63)
+        .collect();
+    let host = if host.is_empty() {
+        "host".to_owned()
+    } else {
+        host
+    };
+    format!(
+        "{host}-{}-{}-r{restarts}-{:08x}",
+        std::process::id(),
+        kind.as_str(),
+        fastrand::u32(..)
+    )
 }
 
 fn restart_delay(consecutive_failures: u32) -> Duration {
@@ -168,7 +189,14 @@ pub(super) async fn supervise(
             return Ok(());
         }
         let name = worker_name(kind, restarts);
-        let (ctx, mut run) = start_worker(&queue.inner.backend, &queue_name, &name, deliver.clone(), queue.inner.concurrency, wake.clone());
+        let (ctx, mut run) = start_worker(
+            &queue.inner.backend,
+            &queue_name,
+            &name,
+            deliver.clone(),
+            queue.inner.concurrency,
+            wake.clone(),
+        );
         let started = Instant::now();
         tracing::debug!(queue = %queue_name, worker = %name, "queue worker starting");
         let ended = tokio::select! {
@@ -181,12 +209,20 @@ pub(super) async fn supervise(
         };
         release(&queue.inner.backend, &queue_name, &name).await;
         restarts += 1;
-        consecutive_failures = if started.elapsed() > Duration::from_secs(60) { 1 } else { consecutive_failures + 1 };
+        consecutive_failures = if started.elapsed() > Duration::from_secs(60) {
+            1
+        } else {
+            consecutive_failures + 1
+        };
         let delay = restart_delay(consecutive_failures);
         metrics::counter!(QUEUE_WORKER_RESTARTS, "kind" => kind.as_str()).increment(1);
         match result {
-            Ok(()) => tracing::warn!(queue = %queue_name, worker = %name, ?delay, "queue worker ended on its own; restarting"),
-            Err(e) => tracing::warn!(queue = %queue_name, worker = %name, error = %e, ?delay, "queue worker failed; restarting"),
+            Ok(()) => {
+                tracing::warn!(queue = %queue_name, worker = %name, ?delay, "queue worker ended on its own; restarting")
+            }
+            Err(e) => {
+                tracing::warn!(queue = %queue_name, worker = %name, error = %e, ?delay, "queue worker failed; restarting")
+            }
         }
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
@@ -247,7 +283,11 @@ async fn release(backend: &Backend, queue_name: &str, name: &str) {
     };
     match result {
         Ok(0) => {}
-        Ok(n) => tracing::info!(queue = %queue_name, worker = %name, released = n, "re-enqueued messages a stopped worker still held"),
-        Err(e) => tracing::warn!(queue = %queue_name, worker = %name, error = %format!("{e:#}"), "cannot release a stopped worker's messages; the orphan timeout will"),
+        Ok(n) => {
+            tracing::info!(queue = %queue_name, worker = %name, released = n, "re-enqueued messages a stopped worker still held")
+        }
+        Err(e) => {
+            tracing::warn!(queue = %queue_name, worker = %name, error = %format!("{e:#}"), "cannot release a stopped worker's messages; the orphan timeout will")
+        }
     }
 }

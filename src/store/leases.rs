@@ -50,6 +50,12 @@ pub const CHECKPOINT_SQL: &str = "UPDATE operations SET phase = $3, processed = 
      lease_expires_at_ms = $7, updated_at_ms = $8, version = version + 1 \
      WHERE id = $1 AND lease_token = $2 AND state = 'running' RETURNING cancel_requested";
 
+/// Name the artifact an operation produces (`artifactRef`), fenced like a checkpoint:
+/// `$1` id, `$2` lease token, `$3` artifact id. Run it in the transaction that creates
+/// the artifact so the two never diverge.
+pub const SET_ARTIFACT_REF_SQL: &str =
+    "UPDATE operations SET artifact_ref = $3 WHERE id = $1 AND lease_token = $2 AND state = 'running'";
+
 /// Inside a worker's transaction: record `progress` and extend the lease, fenced by the
 /// token. Evaluates to `Result<bool /* cancel requested */, FenceError>`.
 #[macro_export]
@@ -286,10 +292,13 @@ pub async fn take_dispatchable(db: &Db, repush_after_ms: i64, limit: usize) -> S
     Ok(out)
 }
 
-/// Record a successful push at submission (the dispatcher then leaves it alone).
+/// Record a successful push at submission (the dispatcher then leaves it alone). Only while
+/// the operation is still queued and unmarked: a worker may claim it between the push and
+/// this call, and a mark left on a running row would hide it from the dispatcher's orphan
+/// recovery (`pushed_at_ms < now - REPUSH_AFTER_MS`) if that worker then dies.
 pub async fn mark_pushed(db: &Db, id: &str) -> StoreResult<()> {
     with_pool!(db, pool => {
-        sqlx::query("UPDATE operations SET pushed_at_ms = $2 WHERE id = $1")
+        sqlx::query("UPDATE operations SET pushed_at_ms = $2 WHERE id = $1 AND state = 'queued' AND pushed_at_ms IS NULL")
             .bind(id)
             .bind(now_ms())
             .execute(pool)

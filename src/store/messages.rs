@@ -1,22 +1,15 @@
 //! Messages and the conversation directory: idempotent append with server-assigned
-//! sequences, recent/page/search reads, and the per-agent conversation list.
-//!
-//! Sequence assignment: the append transaction first upserts the conversation row with
-//! `ON CONFLICT … DO UPDATE … RETURNING next_sequence`. On PostgreSQL that row lock
-//! serialises concurrent appends to one conversation (appends to different conversations
-//! run in parallel); on SQLite `BEGIN IMMEDIATE` serialises all writers. Either way no two
-//! appends see the same `next_sequence`.
-
-use std::collections::{BTreeMap, HashSet};
+//! sequences (the one sequence-assignment path is [`super::append`], shared with import),
+//! recent/page/search/export reads, and the per-agent conversation list.
 
 use sqlx::AssertSqlSafe;
 
-use super::{StoreError, StoreResult, json_column, now_ms, parse_json_column, placeholders, row_placeholders};
+use super::{StoreError, StoreResult, parse_json_column, placeholders};
 use crate::auth::TenantKey;
 use crate::db::{BeginWrite as _, Db};
 use crate::with_pool;
 use context_jobs::contract::{
-    AppendResponse, ConversationRecord, ConversationSummary, MessageCursor, content_text, search_fold,
+    AppendResponse, ConversationRecord, ConversationSummary, MessageCursor, search_fold,
 };
 
 const MESSAGE_COLUMNS: &str =
@@ -45,98 +38,47 @@ fn records_from_rows(rows: Vec<MessageRow>) -> StoreResult<Vec<ConversationRecor
 }
 
 /// Append a validated batch atomically. Records whose id already exists in their
-/// conversation (or repeats earlier in the batch) are skipped, not rewritten.
+/// conversation (or repeats earlier in the batch) are skipped, not rewritten. The one
+/// sequence-assignment path is [`crate::append_in_tx!`].
 pub async fn append(db: &Db, tenant: &TenantKey, records: &[ConversationRecord]) -> StoreResult<AppendResponse> {
-    let now = now_ms();
-    // Group by conversation, keeping batch order inside each; conversations are locked in
-    // key order so two multi-conversation batches cannot deadlock each other.
-    let mut groups: BTreeMap<&str, Vec<&ConversationRecord>> = BTreeMap::new();
-    let mut seen = HashSet::new();
-    let mut skipped = 0usize;
-    for r in records {
-        if seen.insert((r.scope.conversation_id.as_str(), r.id.as_str())) {
-            groups.entry(r.scope.conversation_id.as_str()).or_default().push(r);
-        } else {
-            skipped += 1;
-        }
-    }
-    let mut appended = 0usize;
     with_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
-        for (conversation, group) in &groups {
-            let agent = group.iter().find_map(|r| r.scope.listing_agent());
-            let (next_sequence, deleting): (i64, Option<String>) = sqlx::query_as(
-                "INSERT INTO conversations (tenant, conversation_id, agent_id, created_at_ms, updated_at_ms) \
-                 VALUES ($1, $2, $3, $4, $4) \
-                 ON CONFLICT (tenant, conversation_id) DO UPDATE SET updated_at_ms = conversations.updated_at_ms \
-                 RETURNING next_sequence, deleting_operation",
-            )
-            .bind(tenant.as_str())
-            .bind(*conversation)
-            .bind(agent)
-            .bind(now)
-            .fetch_one(&mut *tx)
-            .await?;
-            if let Some(op) = deleting {
-                return Err(StoreError::Conflict(format!(
-                    "conversation {conversation:?} is being deleted by operation {op}; retry after it finishes"
-                )));
-            }
-            let sql = format!(
-                "SELECT id FROM messages WHERE tenant = $1 AND conversation_id = $2 AND id IN ({})",
-                placeholders(3, group.len())
-            );
-            let mut query = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(*conversation);
-            for r in group {
-                query = query.bind(r.id.as_str());
-            }
-            let existing: HashSet<String> = query.fetch_all(&mut *tx).await?.into_iter().collect();
-            let fresh: Vec<&&ConversationRecord> = group.iter().filter(|r| !existing.contains(&r.id)).collect();
-            skipped += group.len() - fresh.len();
-            if fresh.is_empty() {
-                continue;
-            }
-            let sql = format!(
-                "INSERT INTO messages (tenant, conversation_id, id, sequence, role, scope, content, search_text, \
-                 name, tool_call_id, created_at_ms, metadata) VALUES {}",
-                row_placeholders(1, fresh.len(), 12)
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql));
-            for (i, r) in fresh.iter().enumerate() {
-                let created = if r.created_at_ms > 0 { r.created_at_ms } else { now };
-                query = query
-                    .bind(tenant.as_str())
-                    .bind(*conversation)
-                    .bind(r.id.as_str())
-                    .bind(next_sequence + i as i64)
-                    .bind(r.role.as_str())
-                    .bind(serde_json::to_string(&r.scope).unwrap_or_default())
-                    .bind(r.content.to_string())
-                    .bind(search_fold(&content_text(&r.content)))
-                    .bind(r.name.as_deref())
-                    .bind(r.tool_call_id.as_deref())
-                    .bind(created)
-                    .bind(json_column(&r.metadata));
-            }
-            query.execute(&mut *tx).await?;
-            sqlx::query(
-                "UPDATE conversations SET next_sequence = $3, message_count = message_count + $4, \
-                 updated_at_ms = $5, agent_id = COALESCE(agent_id, $6) WHERE tenant = $1 AND conversation_id = $2",
-            )
-            .bind(tenant.as_str())
-            .bind(*conversation)
-            .bind(next_sequence + fresh.len() as i64)
-            .bind(fresh.len() as i64)
-            .bind(now)
-            .bind(agent)
-            .execute(&mut *tx)
-            .await?;
-            appended += fresh.len();
-        }
+        let response = crate::append_in_tx!(&mut *tx, tenant.as_str(), records)?;
         tx.commit().await?;
-        Ok::<_, StoreError>(())
-    })?;
-    Ok(AppendResponse { appended, skipped })
+        Ok(response)
+    })
+}
+
+/// How many messages the tenant holds (an export's total).
+pub async fn count_all(db: &Db, tenant: &TenantKey) -> StoreResult<i64> {
+    Ok(with_pool!(db, pool => {
+        sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE tenant = $1").bind(tenant.as_str()).fetch_one(pool).await?
+    }))
+}
+
+/// One page of the tenant's messages in export order — conversation id, then sequence —
+/// after the position `(conversation_id, sequence)`.
+pub async fn export_page(
+    db: &Db,
+    tenant: &TenantKey,
+    after: Option<(&str, i64)>,
+    limit: usize,
+) -> StoreResult<Vec<ConversationRecord>> {
+    let (after_conversation, after_sequence) = after.unwrap_or(("", i64::MIN));
+    let sql = format!(
+        "SELECT {MESSAGE_COLUMNS} FROM messages WHERE tenant = $1 \
+         AND (conversation_id, sequence) > ($2, $3) \
+         ORDER BY conversation_id ASC, sequence ASC LIMIT {limit}"
+    );
+    let rows = with_pool!(db, pool => {
+        sqlx::query_as::<_, MessageRow>(AssertSqlSafe(sql))
+            .bind(tenant.as_str())
+            .bind(after_conversation)
+            .bind(after_sequence)
+            .fetch_all(pool)
+            .await?
+    });
+    records_from_rows(rows)
 }
 
 /// `AND role IN (…)` over parameters from `$start`, or nothing when `roles` is empty.
@@ -169,6 +111,30 @@ pub async fn recent(
         q.fetch_all(pool).await?
     });
     rows.reverse();
+    records_from_rows(rows)
+}
+
+/// Up to `limit` messages with `sequence <= through`, newest first: walking a
+/// conversation backwards (an inference turn loads history until its budget is spent).
+pub async fn newest_through(
+    db: &Db,
+    tenant: &TenantKey,
+    conversation: &str,
+    through: i64,
+    limit: usize,
+) -> StoreResult<Vec<ConversationRecord>> {
+    let sql = format!(
+        "SELECT {MESSAGE_COLUMNS} FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence <= $3 \
+         ORDER BY sequence DESC LIMIT {limit}"
+    );
+    let rows = with_pool!(db, pool => {
+        sqlx::query_as::<_, MessageRow>(AssertSqlSafe(sql))
+            .bind(tenant.as_str())
+            .bind(conversation)
+            .bind(through)
+            .fetch_all(pool)
+            .await?
+    });
     records_from_rows(rows)
 }
 

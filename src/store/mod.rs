@@ -1,6 +1,12 @@
 //! Persistence: one file per table family, each written once for both engines through
 //! [`crate::with_pool!`]. Store functions take the tenant key first: no query runs unscoped.
 
+pub mod append;
+pub mod artifacts;
+pub mod entries;
+pub mod entry_writes;
+pub mod recall_index;
+pub mod vectors;
 pub mod leases;
 pub mod messages;
 pub mod operations;

@@ -45,6 +45,11 @@ pub fn spawn(db: Db, queue: Queue, config: Arc<Config>, holder: String, shutdown
                     Ok(n) => metrics::counter!(m::PRUNED).increment(n),
                     Err(e) => tracing::warn!(error = %e, "pruning old operations failed"),
                 }
+                match crate::store::artifacts::prune_expired(&db, now).await {
+                    Ok(n) if n > 0 => tracing::info!(artifacts = n, "expired artifacts deleted"),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "pruning expired artifacts failed"),
+                }
                 if let Err(e) = queue.vacuum(Duration::from_secs(3600)).await {
                     tracing::debug!(error = format!("{e:#}"), "queue vacuum failed");
                 }

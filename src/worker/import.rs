@@ -1,15 +1,202 @@
-//! The `import` job. (Being built: see the issue for this kind.)
+//! The `import` job: messages and entries from a stored artifact (parsed incrementally,
+//! never loaded whole) or from the inline records of the request.
+//!
+//! From an artifact, phase `validating` first streams every byte through the decoder and
+//! the digest: a malformed artifact fails with the decoder's stable `errorCode` and the
+//! offending line, having written nothing. Then phase `importing` decodes again from the
+//! checkpointed line boundary and writes batches of `batch_size` records; each batch's
+//! inserts and its checkpoint (byte offset, line number, counts) commit in one
+//! transaction fenced by the lease, so a crash resumes after the last committed batch.
+//!
+//! Records keep their ids. Messages go through the one sequence-assignment path
+//! ([`crate::append_in_tx!`]): an id already in its conversation is skipped, the rest get
+//! sequences after the existing ones in artifact order. Entries go through
+//! [`crate::import_entries!`]. Re-importing is therefore a no-op that reports skips.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{JobCtx, JobError};
-use context_jobs::kinds::import::*;
+use crate::db::BeginWrite as _;
+use crate::store::StoreError;
+use crate::store::artifacts::{self, ArtifactRow, ChunkReader};
+use crate::store::leases::Progress;
+use crate::{append_in_tx, fenced_checkpoint, import_entries, with_pool};
+use context_jobs::artifact::{DecodeError, Decoded, Decoder, Record, error_code as artifact_code};
+use context_jobs::contract::{ContextInsight, ConversationRecord};
+use context_jobs::kinds::import::{ImportCheckpoint, ImportCounts, ImportJob};
 use context_jobs::operation::error_code;
 
 pub async fn run(ctx: &JobCtx, job: &ImportJob) -> Result<Value, JobError> {
-    let _ = job;
-    Err(JobError::permanent(
-        error_code::INVALID_REQUEST,
-        format!("operations of kind {} are not available in this version", ctx.operation.kind.as_str()),
-    ))
+    let checkpoint = match &ctx.operation.checkpoint {
+        Some(saved) => Some(
+            serde_json::from_str::<ImportCheckpoint>(saved)
+                .map_err(|e| JobError::permanent(error_code::CORRUPT_OPERATION, format!("bad import checkpoint: {e}")))?,
+        ),
+        None => None,
+    };
+    if let Some(done) = checkpoint.as_ref().filter(|c| c.done) {
+        return Ok(result(done));
+    }
+    match &job.artifact_ref {
+        Some(id) => from_artifact(ctx, id, checkpoint).await,
+        None => inline(ctx, &job.messages, &job.entries).await,
+    }
+}
+
+/// Inline records: one batch (they obey the append limits), one transaction.
+async fn inline(ctx: &JobCtx, messages: &[ConversationRecord], entries: &[ContextInsight]) -> Result<Value, JobError> {
+    let n = (messages.len() + entries.len()) as u64;
+    let mut checkpoint =
+        ImportCheckpoint { messages_read: messages.len() as u64, entries_read: entries.len() as u64, done: true, ..Default::default() };
+    write_batch(ctx, messages, entries, &mut checkpoint, n).await?;
+    Ok(result(&checkpoint))
+}
+
+async fn from_artifact(ctx: &JobCtx, id: &str, checkpoint: Option<ImportCheckpoint>) -> Result<Value, JobError> {
+    let artifact = artifacts::get(&ctx.db, &ctx.operation.tenant, id)
+        .await?
+        .filter(ArtifactRow::is_ready)
+        .ok_or_else(|| JobError::permanent(artifact_code::NOT_FOUND, format!("artifact {id} is gone (deleted or expired)")))?;
+    let (checkpoint, total) = match checkpoint {
+        Some(c) => (c, ctx.operation.total.max(0) as u64),
+        None => {
+            let total = validate(ctx, &artifact).await?;
+            let checkpoint = ImportCheckpoint::default();
+            let progress = progress("importing", &checkpoint, total);
+            let cancel = with_pool!(&ctx.db, pool => {
+                let mut tx = pool.begin_write().await?;
+                let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress)?;
+                tx.commit().await?;
+                cancel
+            });
+            ctx.boundary(cancel)?;
+            (checkpoint, total)
+        }
+    };
+    import(ctx, &artifact, checkpoint, total).await
+}
+
+/// Stream the whole artifact through the decoder and the digest; nothing is written.
+/// Returns the number of records.
+async fn validate(ctx: &JobCtx, artifact: &ArtifactRow) -> Result<u64, JobError> {
+    let progress = Progress { phase: "validating", processed: 0, total: 0, checkpoint: None };
+    let cancel = with_pool!(&ctx.db, pool => {
+        let mut tx = pool.begin_write().await?;
+        let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress)?;
+        tx.commit().await?;
+        cancel
+    });
+    ctx.boundary(cancel)?;
+    let mut reader = ChunkReader::new(&ctx.db, &artifact.tenant, &artifact.id, 0);
+    let mut decoder = Decoder::new();
+    let mut scratch = Vec::new();
+    while let Some(piece) = reader.next_piece().await? {
+        decoder.feed(&piece, &mut scratch).map_err(malformed)?;
+        scratch.clear();
+        if ctx.shutdown.is_cancelled() {
+            return Err(JobError::ShuttingDown);
+        }
+    }
+    let summary = decoder.finish().map_err(malformed)?;
+    summary.check_digest(artifact.digest.as_deref().unwrap_or_default()).map_err(malformed)?;
+    Ok(summary.messages + summary.entries)
+}
+
+async fn import(ctx: &JobCtx, artifact: &ArtifactRow, mut checkpoint: ImportCheckpoint, total: u64) -> Result<Value, JobError> {
+    let batch = ctx.batch_size().max(1) as usize;
+    let mut reader = ChunkReader::new(&ctx.db, &artifact.tenant, &artifact.id, checkpoint.offset);
+    let mut decoder = Some(if checkpoint.offset == 0 {
+        Decoder::new()
+    } else {
+        Decoder::resume(checkpoint.offset, checkpoint.line, checkpoint.messages_read, checkpoint.entries_read)
+    });
+    let mut pending: Vec<Decoded> = Vec::new();
+    loop {
+        while pending.len() < batch
+            && let Some(d) = decoder.as_mut()
+        {
+            match reader.next_piece().await? {
+                Some(piece) => d.feed(&piece, &mut pending).map_err(malformed)?,
+                None => {
+                    decoder.take().map(Decoder::finish).transpose().map_err(malformed)?;
+                }
+            }
+        }
+        let take: Vec<Decoded> = pending.drain(..pending.len().min(batch)).collect();
+        let mut messages = Vec::new();
+        let mut entries = Vec::new();
+        if let Some(last) = take.last() {
+            checkpoint.offset = last.end_offset;
+            checkpoint.line = last.line;
+        }
+        for d in take {
+            match d.record {
+                Record::Message(m) => messages.push(m),
+                Record::Entry(e) => entries.push(e),
+            }
+        }
+        checkpoint.messages_read += messages.len() as u64;
+        checkpoint.entries_read += entries.len() as u64;
+        checkpoint.done = decoder.is_none() && pending.is_empty();
+        let cancel = write_batch(ctx, &messages, &entries, &mut checkpoint, total).await?;
+        if checkpoint.done {
+            return Ok(result(&checkpoint));
+        }
+        ctx.boundary(cancel)?;
+    }
+}
+
+/// One fenced transaction: the messages, the entries and the checkpoint (counts updated).
+async fn write_batch(
+    ctx: &JobCtx,
+    messages: &[ConversationRecord],
+    entries: &[ContextInsight],
+    checkpoint: &mut ImportCheckpoint,
+    total: u64,
+) -> Result<bool, JobError> {
+    let tenant = ctx.operation.tenant.as_str();
+    let mut next = checkpoint.clone();
+    let cancel = with_pool!(&ctx.db, pool => {
+        let mut tx = pool.begin_write().await?;
+        let appended = append_in_tx!(&mut *tx, tenant, messages).map_err(append_failed)?;
+        let (inserted, skipped) = import_entries!(&mut *tx, tenant, entries)?;
+        next.messages.inserted += appended.appended as u64;
+        next.messages.skipped += appended.skipped as u64;
+        next.entries.inserted += inserted;
+        next.entries.skipped += skipped;
+        let phase = if next.done { "done" } else { "importing" };
+        let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress(phase, &next, total))?;
+        tx.commit().await?;
+        cancel
+    });
+    metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "import").increment((messages.len() + entries.len()) as u64);
+    *checkpoint = next;
+    Ok(cancel)
+}
+
+fn progress(phase: &'static str, checkpoint: &ImportCheckpoint, total: u64) -> Progress {
+    let processed = checkpoint.messages_read + checkpoint.entries_read;
+    Progress {
+        phase,
+        processed: processed as i64,
+        total: total.max(processed) as i64,
+        checkpoint: Some(serde_json::to_string(checkpoint).unwrap_or_default()),
+    }
+}
+
+fn result(checkpoint: &ImportCheckpoint) -> Value {
+    let counts = |c: &ImportCounts| json!({"inserted": c.inserted, "skipped": c.skipped});
+    json!({"messages": counts(&checkpoint.messages), "entries": counts(&checkpoint.entries)})
+}
+
+fn malformed(e: DecodeError) -> JobError {
+    JobError::permanent(e.code(), format!("malformed artifact: {e}"))
+}
+
+/// A conversation being deleted refuses appends until the delete ends: retry later.
+fn append_failed(e: StoreError) -> JobError {
+    match e {
+        StoreError::Conflict(m) => JobError::Transient(anyhow::anyhow!(m)),
+        other => other.into(),
+    }
 }

@@ -7,6 +7,7 @@ pub mod dispatcher;
 pub mod export;
 pub mod import;
 pub mod inference;
+pub mod projector;
 pub mod rebuild_vector;
 pub mod retention;
 pub mod runner;

@@ -1,15 +1,93 @@
-//! The `rebuild_vector` job. (Being built: see the issue for this kind.)
+//! The `rebuild_vector` job: re-embed the tenant's active entries (`force`) or only the
+//! stale ones, in id order, one fenced transaction per batch holding the batch's vectors,
+//! the keyset checkpoint (the last id done) and the progress. A crash resumes after the
+//! last committed id: nothing is embedded twice by one run, nothing is skipped.
 
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
 use super::{JobCtx, JobError};
-use context_jobs::kinds::rebuild_vector::*;
+use crate::db::BeginWrite as _;
+use crate::embedder::{EmbedError, Embedder};
+use crate::store::leases::Progress;
+use crate::store::vectors::{VECTOR_CHUNK, rebuild_page, rebuild_total};
+use crate::{fenced_checkpoint, with_pool, write_vectors};
+use context_jobs::kinds::rebuild_vector::RebuildVectorJob;
 use context_jobs::operation::error_code;
 
+/// Where a run resumes: after `after` (entry id order), with `written` vectors so far.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Checkpoint {
+    after: String,
+    written: u64,
+}
+
+fn checkpoint_text(c: &Checkpoint) -> Option<String> {
+    Some(serde_json::to_string(c).unwrap_or_default())
+}
+
 pub async fn run(ctx: &JobCtx, job: &RebuildVectorJob) -> Result<Value, JobError> {
-    let _ = job;
-    Err(JobError::permanent(
-        error_code::INVALID_REQUEST,
-        format!("operations of kind {} are not available in this version", ctx.operation.kind.as_str()),
-    ))
+    let embedder = Embedder::from_config(&ctx.config)
+        .map_err(|e| JobError::permanent(error_code::INVALID_REQUEST, format!("embedder configuration: {e:#}")))?;
+    let tenant = ctx.operation.tenant.as_str();
+    let mut processed = ctx.operation.processed;
+    let mut total = ctx.operation.total;
+    let mut at: Checkpoint = match &ctx.operation.checkpoint {
+        Some(saved) => serde_json::from_str(saved)
+            .map_err(|e| JobError::permanent(error_code::CORRUPT_OPERATION, format!("bad rebuild checkpoint: {e}")))?,
+        None => {
+            total = rebuild_total(&ctx.db, tenant, job.force).await?;
+            let at = Checkpoint::default();
+            let progress = Progress { phase: "embedding", processed: 0, total, checkpoint: checkpoint_text(&at) };
+            let cancel = with_pool!(&ctx.db, pool => {
+                let mut tx = pool.begin_write().await?;
+                let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress)?;
+                tx.commit().await?;
+                cancel
+            });
+            ctx.boundary(cancel)?;
+            at
+        }
+    };
+    let batch = ctx.batch_size();
+    let model = embedder.model().to_string();
+    loop {
+        let page = rebuild_page(&ctx.db, tenant, job.force, &at.after, batch).await?;
+        let last_page = (page.len() as i64) < batch;
+        let texts = super::projector::texts(&page);
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let vectors = embedder.embed(&refs).await.map_err(|e| match e {
+            EmbedError::Transient(m) => JobError::Transient(anyhow::anyhow!(m)),
+            EmbedError::Permanent(m) => JobError::permanent(error_code::EMBEDDING_FAILED, m),
+        })?;
+        let items: Vec<_> = page.iter().zip(vectors).collect();
+        let next = Checkpoint {
+            after: page.last().map(|e| e.id.clone()).unwrap_or_else(|| at.after.clone()),
+            written: at.written,
+        };
+        let done = processed + page.len() as i64;
+        let (written, cancel) = with_pool!(&ctx.db, pool => {
+            let mut tx = pool.begin_write().await?;
+            let mut written = 0u64;
+            for chunk in items.chunks(VECTOR_CHUNK) {
+                written += write_vectors!(&mut *tx, tenant, chunk, model.as_str()).await?;
+            }
+            let saved = Checkpoint { after: next.after.clone(), written: next.written + written };
+            // The count at the start was a snapshot: the end is the truth.
+            let total = if last_page { done } else { total.max(done) };
+            let progress = Progress { phase: "embedding", processed: done, total, checkpoint: checkpoint_text(&saved) };
+            let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress)?;
+            tx.commit().await?;
+            (written, cancel)
+        });
+        processed = done;
+        total = if last_page { done } else { total.max(done) };
+        at = Checkpoint { after: next.after, written: at.written + written };
+        metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "rebuild_vector").increment(page.len() as u64);
+        if last_page {
+            break;
+        }
+        ctx.boundary(cancel)?;
+    }
+    Ok(json!({"processed": processed, "total": total, "written": at.written, "force": job.force, "model": model}))
 }

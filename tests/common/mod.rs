@@ -110,6 +110,8 @@ impl TestApp {
             config.redis_url = Some(redis_url());
         }
         config.dispatch_interval_ms = 200;
+        // The sweep deletes old messages on its own schedule; tests that want it enable it.
+        config.retention_sweep_secs = 0;
         tweak(&mut config);
         let database_url = config.database_url.clone();
         let running = server::start(config, command)

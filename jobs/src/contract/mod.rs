@@ -41,6 +41,9 @@ pub const VECTOR_REBUILD_PATH: &str = "/internal/v1/context/projections/vector/r
 pub const CONTEXT_ADVANCED_OPERATIONS_PATH: &str = "/internal/v1/context/advanced-operations";
 pub const CONTEXT_EXPORT_ARTIFACT_PATH: &str = "/internal/v1/context/export-artifacts/get";
 pub const CONTEXT_EXPORT_ARTIFACT_CHUNK_PATH: &str = "/internal/v1/context/export-artifacts/chunk";
+/// Not in the contract (an extension of this service): submit one Responses turn as an
+/// `inference` operation. Body: `context_jobs::kinds::inference::InferenceSubmission`.
+pub const INFERENCE_PATH: &str = "/internal/v1/context/inference";
 
 /// Upper bound the server enforces on any page size.
 pub const MAX_PAGE_SIZE: usize = 500;

@@ -51,10 +51,15 @@ pub struct DecodedResponse {
 pub enum ResponseDecodeError {
     /// The model declined (a `refusal` part) and requested no tool calls. The
     /// message is the refusal plus any accompanying text.
+    ///
+    /// A refusal is the turn's answer, not a transport failure, so it keeps what
+    /// a caller reports about any answer: usage, model and response id.
     #[error("the model refused the request: {message}")]
     Refused {
         message: String,
         usage: Option<TokenUsage>,
+        model: Option<String>,
+        response_id: Option<String>,
     },
     /// The model both declined and requested tool calls. There is no sane partial
     /// reading of that, so the whole turn is rejected and no call may run.
@@ -174,7 +179,12 @@ pub fn decode_response(json: &Value) -> Result<DecodedResponse, ResponseDecodeEr
         } else {
             format!("{refusal}\n\n{}", output.text)
         };
-        return Err(ResponseDecodeError::Refused { message, usage });
+        return Err(ResponseDecodeError::Refused {
+            message,
+            usage,
+            model: json["model"].as_str().map(str::to_string),
+            response_id: json["id"].as_str().map(str::to_string),
+        });
     }
     if output.text.is_empty() && output.tool_calls.is_empty() {
         return Err(ResponseDecodeError::Malformed(
@@ -388,11 +398,19 @@ mod tests {
 
     #[test]
     fn refusal_only_response_returns_refused() {
-        let body = json!({"output": [refusal("I cannot comply")], "usage": {"input_tokens": 4, "output_tokens": 6}});
+        let body = json!({"output": [refusal("I cannot comply")], "usage": {"input_tokens": 4, "output_tokens": 6},
+                          "id": "resp_r", "model": "m1"});
         match err(body) {
-            ResponseDecodeError::Refused { message, usage } => {
+            ResponseDecodeError::Refused {
+                message,
+                usage,
+                model,
+                response_id,
+            } => {
                 assert_eq!(message, "I cannot comply");
                 assert_eq!(usage.unwrap().output_tokens, 6);
+                assert_eq!(model.as_deref(), Some("m1"));
+                assert_eq!(response_id.as_deref(), Some("resp_r"));
             }
             other => panic!("expected Refused, got {other:?}"),
         }
@@ -459,7 +477,9 @@ mod tests {
             e,
             ResponseDecodeError::Refused {
                 message: DEFAULT_REFUSAL.into(),
-                usage: None
+                usage: None,
+                model: None,
+                response_id: None,
             }
         );
     }
@@ -628,6 +648,8 @@ mod tests {
                 ResponseDecodeError::Refused {
                     message: String::new(),
                     usage: None,
+                    model: None,
+                    response_id: None,
                 },
                 "refused",
             ),

@@ -101,6 +101,11 @@ fn attempts_exhausted(attempt: u32, max_attempts: u32) -> bool {
 /// explicit `x-should-retry` overrides the status rules, as in the official
 /// clients.
 fn retryable(status: u16, headers: &RetryHeaders, body: &Value) -> Result<(), &'static str> {
+    // Out of credit does not clear by waiting, whatever the server hints: checked
+    // before `x-should-retry` so a `true` there cannot re-bill a hopeless call.
+    if status == 429 && is_insufficient_quota(body) {
+        return Err("insufficient_quota");
+    }
     match headers
         .x_should_retry
         .as_deref()
@@ -108,21 +113,12 @@ fn retryable(status: u16, headers: &RetryHeaders, body: &Value) -> Result<(), &'
         .as_deref()
     {
         Some("true") => return Ok(()),
-        Some("false") => return Err(fail_code(status, body)),
+        Some("false") => return Err("provider_rejected"),
         _ => {}
     }
     match status {
-        429 if is_insufficient_quota(body) => Err("insufficient_quota"),
         408 | 409 | 429 | 500.. => Ok(()),
-        _ => Err(fail_code(status, body)),
-    }
-}
-
-fn fail_code(status: u16, body: &Value) -> &'static str {
-    if status == 429 && is_insufficient_quota(body) {
-        "insufficient_quota"
-    } else {
-        "provider_rejected"
+        _ => Err("provider_rejected"),
     }
 }
 
@@ -219,6 +215,11 @@ mod tests {
             ..no_headers()
         };
         assert_eq!(classify(400, &yes, &Value::Null), retry(500));
+        // …except that out-of-credit is never retried, even when the server says so.
+        assert_eq!(
+            classify(429, &yes, &json!({"error": {"code": "insufficient_quota"}})),
+            fail("insufficient_quota")
+        );
         assert_eq!(classify(503, &no, &Value::Null), fail("provider_rejected"));
         assert_eq!(
             classify(429, &no, &json!({"error": {"code": "insufficient_quota"}})),

@@ -1,0 +1,116 @@
+//! Wire shapes of the artifact: its header and trailer lines, the tagged line written for
+//! each record, and the JSON of the artifact endpoints beyond the contract (metadata,
+//! listing, uploads).
+
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{ContextInsight, ConversationRecord};
+
+/// The first line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Header {
+    pub schema_version: u32,
+    pub tenant: String,
+    pub created_at_ms: i64,
+}
+
+impl Header {
+    /// The header this build writes.
+    pub fn new(tenant: impl Into<String>, created_at_ms: i64) -> Self {
+        Self { schema_version: super::SCHEMA_VERSION, tenant: tenant.into(), created_at_ms }
+    }
+}
+
+/// The last line: how many records of each kind precede it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trailer {
+    pub messages: u64,
+    pub entries: u64,
+}
+
+/// A line as written: `{"type":"…", …fields of the payload…}`.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum LineRef<'a> {
+    Header(&'a Header),
+    Message(&'a ConversationRecord),
+    Entry(&'a ContextInsight),
+    Trailer(&'a Trailer),
+}
+
+/// The JSON line of `line`, without its newline (tests and tools build artifacts with it).
+pub fn header_line(header: &Header) -> String {
+    serde_json::to_string(&LineRef::Header(header)).unwrap_or_default()
+}
+
+/// The artifact resource beyond the contract's `export-artifacts/get` and `/chunk`:
+/// `GET` lists, `GET`/`DELETE` `{ARTIFACTS_PATH}/{id}` reads metadata or deletes.
+pub const ARTIFACTS_PATH: &str = "/internal/v1/context/export-artifacts";
+/// `POST {}`: start an upload (201, [`ArtifactInfo`]).
+pub const ARTIFACT_UPLOADS_PATH: &str = "/internal/v1/context/export-artifacts/uploads";
+/// `POST` [`AppendUploadRequest`]: append bytes at an offset.
+pub const ARTIFACT_UPLOAD_CHUNK_PATH: &str = "/internal/v1/context/export-artifacts/uploads/chunk";
+/// `POST` [`FinalizeUploadRequest`]: seal with the expected digest.
+pub const ARTIFACT_UPLOAD_FINALIZE_PATH: &str = "/internal/v1/context/export-artifacts/uploads/finalize";
+
+/// Where an artifact came from.
+pub mod origin {
+    pub const EXPORT: &str = "export";
+    pub const UPLOAD: &str = "upload";
+}
+
+/// Lifecycle of an artifact: an export `writing` it or a client `uploading` it, then
+/// `ready` (immutable, downloadable, importable).
+pub mod state {
+    pub const WRITING: &str = "writing";
+    pub const UPLOADING: &str = "uploading";
+    pub const READY: &str = "ready";
+}
+
+/// An artifact's metadata (`GET …/export-artifacts/{id}`, listings, upload replies).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArtifactInfo {
+    pub id: String,
+    pub origin: String,
+    pub state: String,
+    pub size_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_id: Option<String>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub expires_at_ms: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArtifactList {
+    pub items: Vec<ArtifactInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Append bytes to an upload at `offset` (which must be the bytes received so far).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AppendUploadRequest {
+    pub artifact_id: String,
+    pub offset: u64,
+    pub data_base64: String,
+}
+
+/// Seal an upload: the bytes must hash to `digest`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FinalizeUploadRequest {
+    pub artifact_id: String,
+    pub digest: String,
+}
+

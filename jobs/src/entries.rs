@@ -1,0 +1,152 @@
+//! Context-entry rules as pure functions: the limits an entry must respect, the text an
+//! entry is indexed and embedded by, and the stable string forms of kind and status that
+//! the store writes. The HTTP shell, the store, import and recall all use these.
+
+use serde_json::Value;
+
+use crate::contract::{ContextInsight, ContextInsightKind, ContextInsightStatus, MAX_RESOURCE_ID_CHARS, content_text};
+
+/// Largest serialised `content` of one entry.
+pub const MAX_ENTRY_CONTENT_BYTES: usize = 64 * 1024;
+/// Largest serialised `attributes` of one entry.
+pub const MAX_ENTRY_ATTRIBUTES_BYTES: usize = 16 * 1024;
+/// Most source entries one merge may combine.
+pub const MAX_MERGE_SOURCES: usize = 100;
+/// Longest `reason` stored with a correction or expiry.
+pub const MAX_REASON_BYTES: usize = 1024;
+
+/// Why an entry (or an id) is not acceptable; `PayloadTooLarge` maps to 413, the rest to 400.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryRuleError {
+    Invalid(String),
+    PayloadTooLarge(String),
+}
+
+impl std::fmt::Display for EntryRuleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Invalid(m) | Self::PayloadTooLarge(m) => f.write_str(m),
+        }
+    }
+}
+
+pub fn validate_id(what: &str, id: &str) -> Result<(), EntryRuleError> {
+    if id.trim().is_empty() {
+        return Err(EntryRuleError::Invalid(format!("{what} must not be empty")));
+    }
+    if id.chars().count() > MAX_RESOURCE_ID_CHARS {
+        return Err(EntryRuleError::Invalid(format!("{what} is longer than {MAX_RESOURCE_ID_CHARS} characters")));
+    }
+    Ok(())
+}
+
+pub fn validate_content(content: &Value) -> Result<(), EntryRuleError> {
+    if content.is_null() {
+        return Err(EntryRuleError::Invalid("entry content must not be null".into()));
+    }
+    let bytes = content.to_string().len();
+    if bytes > MAX_ENTRY_CONTENT_BYTES {
+        return Err(EntryRuleError::PayloadTooLarge(format!(
+            "entry content is {bytes} bytes; the limit is {MAX_ENTRY_CONTENT_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
+pub fn validate_reason(reason: &str) -> Result<(), EntryRuleError> {
+    if reason.len() > MAX_REASON_BYTES {
+        return Err(EntryRuleError::PayloadTooLarge(format!("reason is longer than {MAX_REASON_BYTES} bytes")));
+    }
+    Ok(())
+}
+
+/// The caller-controlled parts of an entry: id, content, attributes, provenance.
+pub fn validate_entry(entry: &ContextInsight) -> Result<(), EntryRuleError> {
+    validate_id("entry id", &entry.id)?;
+    validate_content(&entry.content)?;
+    let attributes = entry.attributes.to_string().len();
+    if !entry.attributes.is_null() && attributes > MAX_ENTRY_ATTRIBUTES_BYTES {
+        return Err(EntryRuleError::PayloadTooLarge(format!(
+            "entry attributes are {attributes} bytes; the limit is {MAX_ENTRY_ATTRIBUTES_BYTES}"
+        )));
+    }
+    validate_id("provenance.conversationId", &entry.provenance.conversation_id)?;
+    Ok(())
+}
+
+/// The text an entry is indexed (BM25) and embedded by: the contract's `content_text`.
+pub fn entry_text(content: &Value) -> String {
+    content_text(content)
+}
+
+pub fn kind_str(kind: ContextInsightKind) -> &'static str {
+    match kind {
+        ContextInsightKind::Fact => "fact",
+        ContextInsightKind::Preference => "preference",
+        ContextInsightKind::Decision => "decision",
+        ContextInsightKind::Task => "task",
+        ContextInsightKind::Summary => "summary",
+        ContextInsightKind::Custom => "custom",
+    }
+}
+
+pub fn parse_kind(s: &str) -> Option<ContextInsightKind> {
+    use ContextInsightKind::*;
+    [Fact, Preference, Decision, Task, Summary, Custom].into_iter().find(|k| kind_str(*k) == s)
+}
+
+pub fn status_str(status: ContextInsightStatus) -> &'static str {
+    match status {
+        ContextInsightStatus::Active => "active",
+        ContextInsightStatus::Corrected => "corrected",
+        ContextInsightStatus::Merged => "merged",
+        ContextInsightStatus::Expired => "expired",
+    }
+}
+
+pub fn parse_status(s: &str) -> Option<ContextInsightStatus> {
+    use ContextInsightStatus::*;
+    [Active, Corrected, Merged, Expired].into_iter().find(|k| status_str(*k) == s)
+}
+
+/// Whether recall may return an entry: active and not past its `expiresAtMs`.
+pub fn is_live(status: ContextInsightStatus, expires_at_ms: Option<i64>, now_ms: i64) -> bool {
+    status == ContextInsightStatus::Active && expires_at_ms.is_none_or(|t| t > now_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn kind_and_status_strings_match_serde() {
+        for k in ["fact", "preference", "decision", "task", "summary", "custom"] {
+            let kind = parse_kind(k).unwrap();
+            assert_eq!(serde_json::to_value(kind).unwrap(), json!(k));
+        }
+        for s in ["active", "corrected", "merged", "expired"] {
+            let status = parse_status(s).unwrap();
+            assert_eq!(serde_json::to_value(status).unwrap(), json!(s));
+        }
+        assert_eq!(parse_kind("nope"), None);
+    }
+
+    #[test]
+    fn content_limits() {
+        assert!(validate_content(&json!("ok")).is_ok());
+        assert!(matches!(validate_content(&Value::Null), Err(EntryRuleError::Invalid(_))));
+        let big = "x".repeat(MAX_ENTRY_CONTENT_BYTES);
+        assert!(matches!(validate_content(&json!(big)), Err(EntryRuleError::PayloadTooLarge(_))));
+        assert!(validate_id("id", " ").is_err());
+        assert!(validate_id("id", &"a".repeat(192)).is_err());
+    }
+
+    #[test]
+    fn liveness() {
+        assert!(is_live(ContextInsightStatus::Active, None, 5));
+        assert!(is_live(ContextInsightStatus::Active, Some(6), 5));
+        assert!(!is_live(ContextInsightStatus::Active, Some(5), 5));
+        assert!(!is_live(ContextInsightStatus::Merged, None, 5));
+    }
+}

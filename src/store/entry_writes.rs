@@ -1,0 +1,262 @@
+//! Writes to entries, each one transaction with optimistic concurrency: put (create at
+//! `expectedVersion` 0, or update the version given), correct, expire and merge. A version
+//! or status mismatch is a `Conflict` and the transaction rolls back: nothing is written.
+//!
+//! Every write takes the tenant's next change sequence first (locking the heads row, so
+//! writers of one tenant queue up there rather than deadlocking on entry rows), then
+//! compare-and-sets the entry rows on `version` and `status`, then records the new
+//! versions in `context_entry_versions`. Expire and merge drop the vectors of entries that
+//! stop being active; put-update and correct leave the old vector, which stops counting
+//! because its version is no longer the entry's (the projector replaces it).
+
+use sqlx::AssertSqlSafe;
+
+use super::entries::{ENTRY_COLUMNS, EntryRow, entry_columns, entry_from_row, insert_versions_sql};
+use super::{StoreError, StoreResult, json_column, now_ms};
+use crate::auth::TenantKey;
+use crate::db::{BeginWrite as _, Db};
+use crate::{bump_entry_source, insert_entry_rows, with_pool};
+use context_jobs::contract::{ContextInsight, ContextInsightStatus};
+
+/// Record one new version snapshot. Evaluates to `Result<(), sqlx::Error>`.
+macro_rules! record_version {
+    ($conn:expr, $tenant:expr, $entry:expr, $change:expr, $reason:expr) => {{
+        let entry: &ContextInsight = $entry;
+        let reason: Option<&str> = $reason;
+        sqlx::query(AssertSqlSafe(insert_versions_sql(1)))
+            .bind($tenant)
+            .bind(entry.id.as_str())
+            .bind(entry.version as i64)
+            .bind($change)
+            .bind(reason)
+            .bind(entry_columns(entry).snapshot)
+            .bind(now_ms())
+            .execute($conn)
+            .await
+            .map(|_| ())
+    }};
+}
+
+/// Why a compare-and-set on entry `$id` matched nothing: not found (404), another
+/// version, or not active (409). Evaluates to `StoreError`; reads inside the transaction.
+macro_rules! cas_failure {
+    ($conn:expr, $tenant:expr, $id:expr, $expected:expr) => {{
+        let id: &str = $id;
+        let expected: u64 = $expected;
+        let row: Option<(i64, String)> =
+            sqlx::query_as("SELECT version, status FROM context_entries WHERE tenant = $1 AND id = $2")
+                .bind($tenant)
+                .bind(id)
+                .fetch_optional($conn)
+                .await?;
+        match row {
+            None => StoreError::NotFound(format!("entry {id:?} not found")),
+            Some((version, _)) if expected != 0 && version as u64 != expected => StoreError::Conflict(format!(
+                "entry {id:?} is at version {version}, not the expected version {expected}"
+            )),
+            Some((_, status)) => StoreError::Conflict(format!("entry {id:?} is {status}; only active entries change")),
+        }
+    }};
+}
+
+/// Put: `expected_version` 0 creates the entry (version 1, active); otherwise replaces the
+/// caller's fields (kind, content, attributes, provenance, expiresAtMs) of the active entry
+/// at exactly that version. Version, status, supersededBy and timestamps are the server's.
+pub async fn put(db: &Db, tenant: &TenantKey, entry: &ContextInsight, expected_version: u64) -> StoreResult<ContextInsight> {
+    let now = now_ms();
+    with_pool!(db, pool => {
+        let mut tx = pool.begin_write().await?;
+        let seq = bump_entry_source!(&mut *tx, tenant.as_str(), 1)?;
+        let (stored, change) = if expected_version == 0 {
+            let exists: Option<i64> = sqlx::query_scalar("SELECT version FROM context_entries WHERE tenant = $1 AND id = $2")
+                .bind(tenant.as_str())
+                .bind(entry.id.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+            if let Some(version) = exists {
+                return Err(StoreError::Conflict(format!(
+                    "entry {:?} already exists at version {version}; expectedVersion 0 only creates",
+                    entry.id
+                )));
+            }
+            let created = ContextInsight {
+                version: 1,
+                status: ContextInsightStatus::Active,
+                superseded_by: None,
+                created_at_ms: now,
+                updated_at_ms: now,
+                ..entry.clone()
+            };
+            insert_entry_rows!(&mut *tx, tenant.as_str(), &[&created], seq, "create", None).await?;
+            (created, None)
+        } else {
+            let c = entry_columns(entry);
+            let sql = format!(
+                "UPDATE context_entries SET kind = $4, content = $5, attributes = $6, provenance = $7, \
+                 conversation_id = $8, expires_at_ms = $9, version = version + 1, updated_at_ms = $10, change_seq = $11 \
+                 WHERE tenant = $1 AND id = $2 AND version = $3 AND status = 'active' RETURNING {ENTRY_COLUMNS}"
+            );
+            let row: Option<EntryRow> = sqlx::query_as(AssertSqlSafe(sql))
+                .bind(tenant.as_str())
+                .bind(entry.id.as_str())
+                .bind(expected_version as i64)
+                .bind(c.kind)
+                .bind(c.content.as_str())
+                .bind(json_column(&entry.attributes))
+                .bind(c.provenance.as_str())
+                .bind(entry.provenance.conversation_id.as_str())
+                .bind(entry.expires_at_ms)
+                .bind(now)
+                .bind(seq)
+                .fetch_optional(&mut *tx)
+                .await?;
+            match row {
+                Some(row) => (entry_from_row(row)?, Some("update")),
+                None => return Err(cas_failure!(&mut *tx, tenant.as_str(), &entry.id, expected_version)),
+            }
+        };
+        if let Some(change) = change {
+            record_version!(&mut *tx, tenant.as_str(), &stored, change, None)?;
+        }
+        tx.commit().await?;
+        Ok(stored)
+    })
+}
+
+/// The state change of correct and expire: `$set` is the SQL assignment list beyond
+/// version/updated/change_seq, with `$extra` bound as `$6`.
+async fn transition(
+    db: &Db,
+    tenant: &TenantKey,
+    id: &str,
+    expected_version: u64,
+    set: &'static str,
+    extra: Option<String>,
+    change: &'static str,
+    reason: &str,
+) -> StoreResult<ContextInsight> {
+    let now = now_ms();
+    let reason = (!reason.is_empty()).then_some(reason);
+    let drop_vector = change == "expire";
+    with_pool!(db, pool => {
+        let mut tx = pool.begin_write().await?;
+        let seq = bump_entry_source!(&mut *tx, tenant.as_str(), 1)?;
+        let sql = format!(
+            "UPDATE context_entries SET {set}, version = version + 1, updated_at_ms = $4, change_seq = $5 \
+             WHERE tenant = $1 AND id = $2 AND version = $3 AND status = 'active' RETURNING {ENTRY_COLUMNS}"
+        );
+        let mut q = sqlx::query_as::<_, EntryRow>(AssertSqlSafe(sql))
+            .bind(tenant.as_str())
+            .bind(id)
+            .bind(expected_version as i64)
+            .bind(now)
+            .bind(seq);
+        if let Some(extra) = &extra {
+            q = q.bind(extra.as_str());
+        }
+        let Some(row) = q.fetch_optional(&mut *tx).await? else {
+            return Err(cas_failure!(&mut *tx, tenant.as_str(), id, expected_version));
+        };
+        let stored = entry_from_row(row)?;
+        if drop_vector {
+            sqlx::query("DELETE FROM context_entry_vectors WHERE tenant = $1 AND entry_id = $2")
+                .bind(tenant.as_str())
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        record_version!(&mut *tx, tenant.as_str(), &stored, change, reason)?;
+        tx.commit().await?;
+        Ok(stored)
+    })
+}
+
+/// Correct: new content for the active entry at `expected_version`; it stays active with
+/// the next version (history reports the replaced version as `corrected`).
+pub async fn correct(
+    db: &Db,
+    tenant: &TenantKey,
+    id: &str,
+    expected_version: u64,
+    content: &serde_json::Value,
+    reason: &str,
+) -> StoreResult<ContextInsight> {
+    transition(db, tenant, id, expected_version, "content = $6", Some(content.to_string()), "correct", reason).await
+}
+
+/// Expire: the active entry at `expected_version` becomes `expired` (next version) and
+/// loses its vector.
+pub async fn expire(db: &Db, tenant: &TenantKey, id: &str, expected_version: u64, reason: &str) -> StoreResult<ContextInsight> {
+    transition(db, tenant, id, expected_version, "status = 'expired'", None, "expire", reason).await
+}
+
+/// Merge, all or nothing: every source must be active (and at its expected version when
+/// one is given); each becomes `merged` with `supersededBy` = the new entry and its next
+/// version; the merged entry is created (version 1, active) and must not exist yet.
+pub async fn merge(
+    db: &Db,
+    tenant: &TenantKey,
+    sources: &[String],
+    merged: &ContextInsight,
+    expected_versions: &std::collections::BTreeMap<String, u64>,
+) -> StoreResult<ContextInsight> {
+    let now = now_ms();
+    // Lock order: ids sorted, so two merges over overlapping sources cannot deadlock.
+    let mut ordered: Vec<&String> = sources.iter().collect();
+    ordered.sort();
+    with_pool!(db, pool => {
+        let mut tx = pool.begin_write().await?;
+        let first = bump_entry_source!(&mut *tx, tenant.as_str(), ordered.len() as i64 + 1)?;
+        let mut superseded = Vec::with_capacity(ordered.len());
+        for (i, id) in ordered.iter().enumerate() {
+            let expected = expected_versions.get(*id).copied().unwrap_or(0);
+            let sql = format!(
+                "UPDATE context_entries SET status = 'merged', superseded_by = $4, version = version + 1, \
+                 updated_at_ms = $5, change_seq = $6 \
+                 WHERE tenant = $1 AND id = $2 AND ($3 = 0 OR version = $3) AND status = 'active' RETURNING {ENTRY_COLUMNS}"
+            );
+            let row: Option<EntryRow> = sqlx::query_as(AssertSqlSafe(sql))
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .bind(expected as i64)
+                .bind(merged.id.as_str())
+                .bind(now)
+                .bind(first + i as i64)
+                .fetch_optional(&mut *tx)
+                .await?;
+            match row {
+                Some(row) => superseded.push(entry_from_row(row)?),
+                None => return Err(cas_failure!(&mut *tx, tenant.as_str(), id.as_str(), expected)),
+            }
+            sqlx::query("DELETE FROM context_entry_vectors WHERE tenant = $1 AND entry_id = $2")
+                .bind(tenant.as_str())
+                .bind(id.as_str())
+                .execute(&mut *tx)
+                .await?;
+        }
+        let exists: Option<i64> = sqlx::query_scalar("SELECT version FROM context_entries WHERE tenant = $1 AND id = $2")
+            .bind(tenant.as_str())
+            .bind(merged.id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        if exists.is_some() {
+            return Err(StoreError::Conflict(format!("merged entry {:?} already exists; merge creates a new entry", merged.id)));
+        }
+        let created = ContextInsight {
+            version: 1,
+            status: ContextInsightStatus::Active,
+            superseded_by: None,
+            created_at_ms: now,
+            updated_at_ms: now,
+            ..merged.clone()
+        };
+        let seq = first + ordered.len() as i64;
+        insert_entry_rows!(&mut *tx, tenant.as_str(), &[&created], seq, "merge", None).await?;
+        let reason = format!("merged into {}", merged.id);
+        for s in &superseded {
+            record_version!(&mut *tx, tenant.as_str(), s, "merged", Some(reason.as_str()))?;
+        }
+        tx.commit().await?;
+        Ok(created)
+    })
+}

@@ -1,0 +1,131 @@
+//! The background projector: embeds entries whose version is newer than their vector, in
+//! batches, so recall's vector side catches up with writes without anyone asking. Every
+//! worker process runs the loop; one of them runs each tick, chosen by a compare-and-set
+//! on the `maintenance` row `projector` (as the retention sweep is). A tick drains up to
+//! `MAX_BATCHES_PER_TICK` batches; what is left waits for the next tick.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::db::{BeginWrite as _, Db};
+use crate::embedder::Embedder;
+use crate::store::vectors::{ToEmbed, VECTOR_CHUNK, stale_batch};
+use crate::store::{StoreError, StoreResult, now_ms};
+use crate::{with_pool, write_vectors};
+use context_jobs::entries::entry_text;
+
+pub const PROJECTOR_NAME: &str = "projector";
+const BATCH: usize = 500;
+const MAX_BATCHES_PER_TICK: usize = 20;
+/// A tick's claim: long enough for its batches, short enough that a dead holder's claim
+/// lapses quickly.
+const TICK_LEASE_MS: i64 = 30_000;
+
+pub fn spawn(db: Db, embedder: Arc<Embedder>, interval_ms: u64, holder: String, shutdown: CancellationToken) -> JoinHandle<anyhow::Result<()>> {
+    tokio::spawn(async move {
+        if interval_ms == 0 {
+            shutdown.cancelled().await;
+            return Ok(());
+        }
+        let mut tick = tokio::time::interval(Duration::from_millis(interval_ms));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = tick.tick() => {}
+            }
+            match run_tick(&db, &embedder, &holder, interval_ms as i64).await {
+                Ok(Some(n)) if n > 0 => tracing::debug!(embedded = n, "projector tick"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "projector tick failed"),
+            }
+        }
+    })
+}
+
+/// The texts to embed, in order: each entry's `content_text`.
+pub fn texts(items: &[ToEmbed]) -> Vec<String> {
+    items
+        .iter()
+        .map(|e| serde_json::from_str(&e.content).map(|c| entry_text(&c)).unwrap_or_default())
+        .collect()
+}
+
+/// One tick if this process wins it: `Some(vectors written)`, or `None` when another
+/// process holds the tick or it is not due.
+pub async fn run_tick(db: &Db, embedder: &Embedder, holder: &str, period_ms: i64) -> StoreResult<Option<u64>> {
+    let now = now_ms();
+    let won = with_pool!(db, pool => {
+        sqlx::query("INSERT INTO maintenance (name) VALUES ($1) ON CONFLICT (name) DO NOTHING")
+            .bind(PROJECTOR_NAME)
+            .execute(pool)
+            .await?;
+        sqlx::query(
+            "UPDATE maintenance SET holder = $2, lease_until_ms = $3 WHERE name = $1 AND lease_until_ms < $4 \
+             AND (last_run_ms IS NULL OR last_run_ms <= $5)",
+        )
+        .bind(PROJECTOR_NAME)
+        .bind(holder)
+        .bind(now + TICK_LEASE_MS)
+        .bind(now)
+        .bind(now - period_ms)
+        .execute(pool)
+        .await?
+        .rows_affected()
+    }) == 1;
+    if !won {
+        return Ok(None);
+    }
+    let outcome = drain(db, embedder).await;
+    let written = *outcome.as_ref().unwrap_or(&0);
+    with_pool!(db, pool => {
+        sqlx::query(
+            "UPDATE maintenance SET last_run_ms = $2, processed = processed + $3, lease_until_ms = 0 WHERE name = $1 AND holder = $4",
+        )
+        .bind(PROJECTOR_NAME)
+        .bind(now_ms())
+        .bind(written as i64)
+        .bind(holder)
+        .execute(pool)
+        .await?;
+    });
+    metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "projector").increment(written);
+    outcome.map(Some)
+}
+
+async fn drain(db: &Db, embedder: &Embedder) -> StoreResult<u64> {
+    let mut written = 0u64;
+    for _ in 0..MAX_BATCHES_PER_TICK {
+        let batch = stale_batch(db, BATCH).await?;
+        let texts = texts(&batch);
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let vectors = embedder.embed(&refs).await.map_err(|e| StoreError::Other(e.into()))?;
+        written += write_batch(db, embedder.model(), &batch, vectors).await?;
+        if batch.len() < BATCH {
+            break;
+        }
+    }
+    Ok(written)
+}
+
+/// Store a batch's vectors, one transaction per tenant.
+pub async fn write_batch(db: &Db, model: &str, batch: &[ToEmbed], vectors: Vec<Vec<f32>>) -> StoreResult<u64> {
+    let mut written = 0u64;
+    let items: Vec<(&ToEmbed, Vec<f32>)> = batch.iter().zip(vectors).collect();
+    for group in items.chunk_by(|a, b| a.0.tenant == b.0.tenant) {
+        let tenant = group[0].0.tenant.as_str();
+        written += with_pool!(db, pool => {
+            let mut tx = pool.begin_write().await?;
+            let mut n = 0;
+            for chunk in group.chunks(VECTOR_CHUNK) {
+                n += write_vectors!(&mut *tx, tenant, chunk, model).await?;
+            }
+            tx.commit().await?;
+            n
+        });
+    }
+    Ok(written)
+}

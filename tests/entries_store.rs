@@ -1,0 +1,92 @@
+//! The entries store interface other jobs build on, against both real databases:
+//! `import_entries!` inside a caller's write transaction and `export_page` keyset pages.
+
+mod common;
+
+use common::{Backend, fresh_database};
+use context_jobs::contract::{ContextInsight, ContextInsightKind, ContextInsightStatus, ContextProvenance};
+use context_ops::auth::TenantKey;
+use context_ops::db::{BeginWrite as _, Db};
+use context_ops::store::{entries, now_ms};
+use context_ops::{import_entries, with_pool};
+use serde_json::json;
+
+fn entry(id: &str, status: ContextInsightStatus, version: u64, expires_at_ms: Option<i64>) -> ContextInsight {
+    ContextInsight {
+        id: id.into(),
+        kind: ContextInsightKind::Fact,
+        content: json!(format!("content of {id}")),
+        attributes: json!({"k": id}),
+        version,
+        status,
+        provenance: ContextProvenance {
+            conversation_id: "conv-1".into(),
+            message_ids: vec!["m1".into()],
+            extractor_ref: Some("x".into()),
+            observed_at_ms: 5,
+        },
+        superseded_by: (status == ContextInsightStatus::Merged).then(|| "target".into()),
+        expires_at_ms,
+        created_at_ms: 1_000,
+        updated_at_ms: 2_000,
+    }
+}
+
+async fn db(backend: Backend, dir: &std::path::Path) -> Db {
+    let url = fresh_database(backend, dir).await;
+    let db = Db::connect(&url, 4).await.unwrap();
+    db.migrate().await.unwrap();
+    db
+}
+
+async fn import(db: &Db, tenant: &TenantKey, items: &[ContextInsight]) -> (u64, u64) {
+    with_pool!(db, pool => {
+        let mut tx = pool.begin_write().await.unwrap();
+        let counts = import_entries!(&mut *tx, tenant.as_str(), items).unwrap();
+        tx.commit().await.unwrap();
+        counts
+    })
+}
+
+async fn import_then_export(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = db(backend, dir.path()).await;
+    let tenant = TenantKey::new("t", "p");
+    let other = TenantKey::new("t", "other");
+    let past = now_ms() - 1_000;
+    let items = vec![
+        entry("e3", ContextInsightStatus::Active, 4, None),
+        entry("e1", ContextInsightStatus::Merged, 2, None),
+        entry("e2", ContextInsightStatus::Expired, 3, None),
+        entry("e4", ContextInsightStatus::Active, 1, Some(past)),
+        entry("e1", ContextInsightStatus::Active, 9, None),
+    ];
+    assert_eq!(import(&db, &tenant, &items).await, (4, 1), "the repeated e1 is skipped");
+    assert_eq!(import(&db, &tenant, &items[..2]).await, (0, 2), "existing ids are skipped");
+    assert_eq!(import(&db, &other, &items[..1]).await, (1, 0), "tenants are separate");
+
+    let all = entries::export_page(&db, &tenant, true, None, 100).await.unwrap();
+    assert_eq!(all.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["e1", "e2", "e3", "e4"]);
+    assert_eq!(all[0], items[1], "kept exactly as given");
+    assert_eq!(all[2], items[0]);
+    let live = entries::export_page(&db, &tenant, false, None, 100).await.unwrap();
+    assert_eq!(live.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["e1", "e3"]);
+    let page = entries::export_page(&db, &tenant, true, Some("e2"), 1).await.unwrap();
+    assert_eq!(page.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["e3"]);
+
+    let history = entries::history(&db, &tenant, "e3").await.unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].0, "import");
+    assert_eq!(history[0].2, items[0]);
+    db.close().await;
+}
+
+#[tokio::test]
+async fn import_then_export_sqlite() {
+    import_then_export(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn import_then_export_postgres() {
+    import_then_export(Backend::Postgres).await;
+}

@@ -1,0 +1,276 @@
+//! Recall and the vector projection over real HTTP on both backends: hybrid scores with
+//! their breakdown, filters (conversation, active, unexpired), deterministic ties, the
+//! background projector and the index watermark in `maintenance/status`, the
+//! `rebuild_vector` operation on both submission paths, and bad input.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Backend, TestApp, assert_api_error};
+use context_jobs::contract::{ContextInsight, ContextInsightKind, ContextInsightStatus, ContextProvenance};
+use context_ops::auth::TenantKey;
+use context_ops::db::{BeginWrite as _, Db};
+use context_ops::{import_entries, with_pool};
+use serde_json::{Value, json};
+
+const PUT: &str = "/internal/v1/context/entries";
+const EXPIRE: &str = "/internal/v1/context/entries/expire";
+const RECALL: &str = "/internal/v1/context/recall";
+const STATUS: &str = "/internal/v1/context/maintenance/status";
+const REBUILD: &str = "/internal/v1/context/projections/vector/rebuild";
+const ADVANCED: &str = "/internal/v1/context/advanced-operations";
+const OPS: &str = "/internal/v1/context/operations";
+
+fn entry(id: &str, conversation: &str, text: &str) -> Value {
+    json!({
+        "id": id, "kind": "fact", "content": text, "version": 0, "status": "active",
+        "provenance": {"conversationId": conversation}, "createdAtMs": 0, "updatedAtMs": 0
+    })
+}
+
+async fn put(app: &TestApp, id: &str, conversation: &str, text: &str) -> Value {
+    let (status, body) = app.post(PUT, &json!({"entry": entry(id, conversation, text), "expectedVersion": 0})).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+async fn recall(app: &TestApp, body: Value) -> Value {
+    let (status, response) = app.post(RECALL, &body).await;
+    assert_eq!(status, 200, "{response}");
+    response
+}
+
+fn ids(response: &Value) -> Vec<String> {
+    response["items"].as_array().unwrap().iter().map(|i| i["entry"]["id"].as_str().unwrap().to_string()).collect()
+}
+
+/// Poll `maintenance/status` until the watermark has no lag at `source` writes.
+async fn wait_projected(app: &TestApp, source: u64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = app.get(STATUS).await;
+        assert_eq!(status, 200, "{body}");
+        let w = &body["indexWatermark"];
+        if w["sourceVersion"] == source && w["lag"] == 0 {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "projection did not catch up: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_terminal(app: &TestApp, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, op) = app.get(&format!("{OPS}/{id}/wait?timeoutMs=2000")).await;
+        assert_eq!(status, 200, "{op}");
+        if ["succeeded", "failed", "cancelled"].contains(&op["state"].as_str().unwrap()) {
+            return op;
+        }
+        assert!(Instant::now() < deadline, "operation {id} did not finish: {op}");
+    }
+}
+
+async fn hybrid_recall_with_projector(app: TestApp) {
+    put(&app, "kafka", "ops", "Kafka runs on three brokers in the eu-west cluster").await;
+    put(&app, "postgres", "ops", "The primary PostgreSQL database is backed up nightly").await;
+    put(&app, "tea", "chat", "Alice prefers green tea over coffee").await;
+    put(&app, "brokers", "chat", "Insurance brokers called about the renewal").await;
+    put(&app, "gone", "ops", "Kafka brokers were once on version two").await;
+    let (status, _) = app.post(EXPIRE, &json!({"entryId": "gone", "expectedVersion": 1})).await;
+    assert_eq!(status, 200);
+    wait_projected(&app, 6).await;
+    // The tick that wrote the last vectors records its count when it finishes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        let (_, status) = app.get(STATUS).await;
+        if status["projectorProcessed"].as_u64().unwrap() >= 4 {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "projector did not report: {status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status["projectorLastRunMs"].as_i64().unwrap() > 0, "{status}");
+    assert_eq!(status["indexWatermark"]["projectedVersion"], 6);
+    assert!(status["indexWatermark"]["updatedAtMs"].as_i64().unwrap() > 0);
+
+    let r = recall(&app, json!({"query": "kafka brokers cluster"})).await;
+    let found = ids(&r);
+    assert_eq!(found[0], "kafka", "{r}");
+    assert!(found.contains(&"brokers".to_string()), "a partial match is still a match: {r}");
+    assert!(!found.contains(&"gone".to_string()), "expired entries are never recalled: {r}");
+    assert!(!found.contains(&"tea".to_string()), "no shared term, no match: {r}");
+    let top = &r["items"][0]["score"];
+    let (lex, vec, rec, fin) = (top["lexical"].as_f64().unwrap(), top["vector"].as_f64().unwrap(), top["recency"].as_f64().unwrap(), top["finalScore"].as_f64().unwrap());
+    assert_eq!(lex, 1.0, "the best lexical match is normalised to 1: {top}");
+    assert!(vec > 0.3 && vec <= 1.0, "{top}");
+    assert!(rec > 0.99 && rec <= 1.0, "{top}");
+    assert!((fin - (0.35 * lex + 0.65 * vec + 0.05 * rec)).abs() < 1e-9, "{top}");
+    assert_eq!(r["indexWatermark"]["lag"], 0);
+    assert_eq!(r["items"][0]["entry"]["version"], 1);
+
+    // Conversation filter, limit, and lexical-only scoring.
+    let r = recall(&app, json!({"query": "kafka brokers", "conversationId": "chat"})).await;
+    assert_eq!(ids(&r), ["brokers"]);
+    let r = recall(&app, json!({"query": "kafka brokers cluster", "limit": 1})).await;
+    assert_eq!(ids(&r), ["kafka"]);
+    let r = recall(&app, json!({"query": "nightly backup", "lexicalWeight": 1.0, "vectorWeight": 0.0})).await;
+    assert_eq!(ids(&r), ["postgres"]);
+    assert_eq!(r["items"][0]["score"]["vector"], 0.0);
+    let r = recall(&app, json!({"query": "quantum chromodynamics"})).await;
+    assert!(ids(&r).is_empty(), "{r}");
+
+    // A write shows up in the very next recall (lexically at once; its vector when projected).
+    put(&app, "kafka2", "ops", "Kafka brokers cluster upgrade planned").await;
+    let r = recall(&app, json!({"query": "kafka upgrade", "lexicalWeight": 1.0, "vectorWeight": 0.0})).await;
+    assert_eq!(ids(&r)[0], "kafka2");
+    wait_projected(&app, 7).await;
+    let r = recall(&app, json!({"query": "kafka upgrade"})).await;
+    assert!(r["items"][0]["score"]["vector"].as_f64().unwrap() > 0.3, "{r}");
+
+    // Bad input is a 400, never a partial answer.
+    for bad in [
+        json!({"query": "  "}),
+        json!({"query": "x", "lexicalWeight": -1}),
+        json!({"query": "x".repeat(4097)}),
+        json!({"query": "x", "conversationId": ""}),
+        json!({"query": "x", "surprise": true}),
+    ] {
+        let (status, body) = app.post(RECALL, &bad).await;
+        assert_api_error(status, &body, 400);
+    }
+}
+
+async fn ties_break_by_id_and_only_live_entries(app: TestApp) {
+    let db = Db::connect(&app.database_url, 2).await.unwrap();
+    let tenant = TenantKey::default_tenant();
+    let past = context_ops::store::now_ms() - 1;
+    let make = |id: &str, status: ContextInsightStatus, expires: Option<i64>| ContextInsight {
+        id: id.into(),
+        kind: ContextInsightKind::Fact,
+        content: json!("identical twin text about sailing"),
+        attributes: Value::Null,
+        version: 3,
+        status,
+        provenance: ContextProvenance { conversation_id: "c".into(), message_ids: vec![], extractor_ref: None, observed_at_ms: 0 },
+        superseded_by: None,
+        expires_at_ms: expires,
+        created_at_ms: 1_000,
+        updated_at_ms: 1_000,
+    };
+    let items = vec![
+        make("twin-b", ContextInsightStatus::Active, None),
+        make("twin-a", ContextInsightStatus::Active, None),
+        make("twin-c", ContextInsightStatus::Active, Some(past)),
+        make("twin-d", ContextInsightStatus::Merged, None),
+        make("twin-e", ContextInsightStatus::Corrected, None),
+    ];
+    with_pool!(&db, pool => {
+        let mut tx = pool.begin_write().await.unwrap();
+        import_entries!(&mut *tx, tenant.as_str(), &items).unwrap();
+        tx.commit().await.unwrap();
+    });
+    wait_projected(&app, 5).await;
+    for _ in 0..3 {
+        let r = recall(&app, json!({"query": "sailing twin"})).await;
+        assert_eq!(ids(&r), ["twin-a", "twin-b"], "equal scores order by id; only active, unexpired entries: {r}");
+        assert_eq!(r["items"][0]["score"], r["items"][1]["score"]);
+        assert_eq!(r["items"][0]["entry"]["version"], 3, "imported versions are kept");
+    }
+    db.close().await;
+}
+
+async fn rebuild_operation_on_both_paths(backend: Backend) {
+    // No projector: the watermark lags until a rebuild runs.
+    let app = TestApp::start_with(backend, |c| {
+        c.projector_interval_ms = 0;
+        c.batch_size = 2;
+    })
+    .await;
+    for i in 0..5 {
+        put(&app, &format!("e{i}"), "c", &format!("note number {i} about rust lifetimes")).await;
+    }
+    let (_, status) = app.get(STATUS).await;
+    assert_eq!(status["indexWatermark"], json!({"projectedVersion": 0, "sourceVersion": 5, "lag": 5, "updatedAtMs": 0}));
+    assert!(status["projectorLastRunMs"].is_null());
+    let r = recall(&app, json!({"query": "rust lifetimes"})).await;
+    assert_eq!(ids(&r).len(), 5, "lexical recall works before any vector exists");
+    assert!(r["items"].as_array().unwrap().iter().all(|i| i["score"]["vector"] == 0.0));
+    assert_eq!(r["indexWatermark"]["lag"], 5);
+
+    let response = app.client.post(app.url(REBUILD)).json(&json!({})).send().await.unwrap();
+    assert_eq!(response.status(), 202);
+    assert!(response.headers().contains_key("location"));
+    let (_, op) = common::read(response).await;
+    assert_eq!(op["kind"], "rebuild_vector");
+    let op = wait_terminal(&app, op["id"].as_str().unwrap()).await;
+    assert_eq!(op["state"], "succeeded", "{op}");
+    assert_eq!((op["processed"].as_u64(), op["total"].as_u64()), (Some(5), Some(5)));
+    assert_eq!(op["result"]["written"], 5);
+    wait_projected(&app, 5).await;
+    let r = recall(&app, json!({"query": "rust lifetimes"})).await;
+    assert!(r["items"].as_array().unwrap().iter().all(|i| i["score"]["vector"].as_f64().unwrap() > 0.3), "{r}");
+
+    // Not forced: nothing is stale, nothing to do. Forced (generic path): everything again.
+    let (status, op) = app.post(REBUILD, &json!({"force": false})).await;
+    assert_eq!(status, 202);
+    let op = wait_terminal(&app, op["id"].as_str().unwrap()).await;
+    assert_eq!((op["state"].as_str(), op["processed"].as_u64()), (Some("succeeded"), Some(0)), "{op}");
+    let (status, op) = app.post(ADVANCED, &json!({"kind": "rebuild_vector", "request": {"force": true}})).await;
+    assert_eq!(status, 202, "{op}");
+    let op = wait_terminal(&app, op["id"].as_str().unwrap()).await;
+    assert_eq!((op["state"].as_str(), op["processed"].as_u64(), op["total"].as_u64()), (Some("succeeded"), Some(5), Some(5)), "{op}");
+
+    let (status, body) = app.post(REBUILD, &json!({"force": "yes"})).await;
+    assert_api_error(status, &body, 400);
+    let (status, body) = app.post(ADVANCED, &json!({"kind": "rebuild_vector", "request": {"everything": true}})).await;
+    assert_api_error(status, &body, 400);
+    app.stop().await;
+}
+
+async fn watermark_is_per_tenant(backend: Backend) {
+    let secret = "0123456789abcdef0123456789abcdef";
+    let app = TestApp::start_with(backend, |c| {
+        c.jwt_secret = Some(secret.into());
+        c.projector_interval_ms = 0;
+    })
+    .await;
+    let token = |tenant: &str| {
+        let claims = json!({"aud": "agent-context-infra", "sub": "svc", "tenant_id": tenant, "project_id": "p", "exp": 4_000_000_000u64});
+        jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap())
+            .unwrap()
+    };
+    let (alpha, beta) = (token("alpha"), token("beta"));
+    for i in 0..3 {
+        let (status, _) =
+            app.post_as(Some(&alpha), PUT, &json!({"entry": entry(&format!("a{i}"), "c", "alpha secret plans"), "expectedVersion": 0})).await;
+        assert_eq!(status, 200);
+    }
+    let (_, a) = app.post_as(Some(&alpha), STATUS, &json!({})).await;
+    let (_, b) = app.post_as(Some(&beta), STATUS, &json!({})).await;
+    assert_eq!(a["indexWatermark"]["sourceVersion"], 3);
+    assert_eq!(b["indexWatermark"]["sourceVersion"], 0);
+    let (_, r) = app.post_as(Some(&beta), RECALL, &json!({"query": "alpha secret plans"})).await;
+    assert_eq!(r["items"], json!([]), "another tenant's entries are never recalled");
+    app.stop().await;
+}
+
+backend_tests!(hybrid_recall_with_projector, ties_break_by_id_and_only_live_entries);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuild_operation_sqlite() {
+    rebuild_operation_on_both_paths(Backend::Sqlite).await;
+}
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuild_operation_postgres() {
+    rebuild_operation_on_both_paths(Backend::Postgres).await;
+}
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watermark_is_per_tenant_sqlite() {
+    watermark_is_per_tenant(Backend::Sqlite).await;
+}
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watermark_is_per_tenant_postgres() {
+    watermark_is_per_tenant(Backend::Postgres).await;
+}
