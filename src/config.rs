@@ -84,6 +84,11 @@ pub struct Config {
     #[arg(long, env = "CONTEXT_OPS_DISPATCH_INTERVAL_MS", default_value_t = 2000, global = true)]
     pub dispatch_interval_ms: u64,
 
+    /// A queued operation pushed this long ago and still not started is pushed again (the
+    /// push may have been lost, e.g. by a Redis restart without persistence).
+    #[arg(long, env = "CONTEXT_OPS_REPUSH_AFTER_MS", default_value_t = 60_000, global = true)]
+    pub repush_after_ms: u64,
+
     /// Attempts before a transiently failing operation fails with `retries_exhausted`.
     #[arg(long, env = "CONTEXT_OPS_MAX_ATTEMPTS", default_value_t = 5, global = true)]
     pub max_attempts: u32,

@@ -75,13 +75,21 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// PostgreSQL `idle_in_transaction_session_timeout` of every connection (see `Db::connect`).
+const IDLE_IN_TRANSACTION_TIMEOUT: &str = "5s";
+
 impl Db {
     /// Connect to `url` (`postgres://…` or `sqlite:…`), failing fast with one clear line.
     pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Db> {
         let shown = redact_url(url);
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url)
-                .with_context(|| format!("invalid DATABASE_URL {shown}"))?;
+                .with_context(|| format!("invalid DATABASE_URL {shown}"))?
+                // A process frozen inside a transaction (SIGSTOP, VM pause, half-open TCP)
+                // would keep its row locks and block, forever, the worker that took over its
+                // lease; PostgreSQL ends such a session and rolls it back instead. No
+                // transaction of ours waits on anything but the database between statements.
+                .options([("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION_TIMEOUT)]);
             // One direct attempt first: the pool would retry a refused connection until its
             // acquire timeout and then report only "pool timed out", hiding the cause.
             let probe = tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&options))

@@ -821,6 +821,8 @@ async fn sigkill_mid_export_and_mid_import(backend: Backend) {
     let original = db.messages().await;
     let client = reqwest::Client::new();
     let healthy = Duration::from_secs(30);
+    let started = Instant::now();
+    let lap = |what: &str| println!("[{backend:?}] {:>6.1}s {what}", started.elapsed().as_secs_f64());
 
     // Export, SIGKILLed after some batches committed.
     let mut a = spawn(&env, "serve-a");
@@ -841,12 +843,14 @@ async fn sigkill_mid_export_and_mid_import(backend: Backend) {
     assert_eq!(resumed["result"]["messages"], total);
     assert!(db.operation(&export_id).await.2 >= 2, "the export was resumed by a second attempt");
     let crashed = fetch(&client, &b.base, resumed["artifactRef"].as_str().unwrap()).await;
+    lap("resumed export finished");
 
     // An uninterrupted export of the same data: the same bytes once the header (which
     // carries each operation's own creation time) is the crashed operation's.
     let clean_id = http(&client, &b.base, EXPORTS, Some(&json!({}))).await["id"].as_str().unwrap().to_string();
     let clean = poll_until(&client, &b.base, &clean_id, "finished", terminal).await;
     let clean_bytes = fetch(&client, &b.base, clean["artifactRef"].as_str().unwrap()).await;
+    lap("uninterrupted export finished");
     let header = header_line(&Header::new("default/default", resumed["createdAtMs"].as_i64().unwrap()));
     let mut expected = format!("{header}\n").into_bytes();
     expected.extend_from_slice(split_header(&clean_bytes).1);
@@ -873,6 +877,7 @@ async fn sigkill_mid_export_and_mid_import(backend: Backend) {
     let again = http(&client, &c.base, IMPORTS, Some(&body)).await;
     assert_eq!(again["id"].as_str(), Some(import_id.as_str()));
     let done = poll_until(&client, &c.base, &import_id, "finished", terminal).await;
+    lap("resumed import finished");
     assert_eq!(done["state"], "succeeded", "{done}");
     assert_eq!(done["result"]["messages"], json!({"inserted": total, "skipped": 0}), "{done}");
     assert!(db.operation(&import_id).await.2 >= 2, "the import was resumed by a second attempt");

@@ -9,9 +9,9 @@
 //!   tenancy, and the PostgreSQL + Redis run.
 //! - `process`: the binary — the key never logged or stored; SIGKILL mid-call, resume.
 
-mod common;
 #[path = "support/child.rs"]
 mod child;
+mod common;
 #[path = "support/fake_responses.rs"]
 mod fake;
 

@@ -177,7 +177,7 @@ impl RecallIndex {
         let mut df = vec![0u64; q.terms.len()];
         let mut docs = 0u64;
         let mut total_len = 0u64;
-        let mut matched: HashMap<usize, Vec<u32>> = HashMap::new();
+        let mut matched: Vec<(usize, Vec<u32>)> = Vec::new();
         let mut tf = vec![0u32; q.terms.len()];
         for (i, slot) in self.slots.iter().enumerate() {
             let Some(s) = slot.as_ref().filter(|s| live(s)) else { continue };
@@ -195,7 +195,7 @@ impl RecallIndex {
                 }
             }
             if any {
-                matched.insert(i, tf.clone());
+                matched.push((i, tf.clone()));
             }
         }
         let stats = Bm25Stats {
@@ -203,11 +203,12 @@ impl RecallIndex {
             avg_len: if docs > 0 { total_len as f64 / docs as f64 } else { 0.0 },
             df: q.terms.iter().cloned().zip(df).filter(|(_, n)| *n > 0).collect(),
         };
-        let lexical: HashMap<usize, f64> = matched
-            .iter()
-            .map(|(i, tf)| (*i, bm25(&stats, q.terms, tf, self.slots[*i].as_ref().map_or(0, |s| s.len))))
-            .collect();
-        let max_bm25 = lexical.values().fold(0.0f64, |m, v| m.max(*v));
+        // BM25 by slot (0 for entries without a query term).
+        let mut lexical = vec![0.0f64; if matched.is_empty() { 0 } else { self.slots.len() }];
+        for (i, tf) in &matched {
+            lexical[*i] = bm25(&stats, q.terms, tf, self.slots[*i].as_ref().map_or(0, |s| s.len));
+        }
+        let max_bm25 = lexical.iter().fold(0.0f64, |m, v| m.max(*v));
         // Pass 2: approximate hybrid score of every live entry in scope; keep the best.
         let query_q = q.vector.filter(|v| v.len() == self.dim).map(quantize);
         let conversation = q.conversation_id.map(|c| self.conversations.get(c).copied());
@@ -226,7 +227,7 @@ impl RecallIndex {
                 }
                 _ => 0.0,
             };
-            let b = breakdown(q.weights, lexical.get(&i).copied().unwrap_or(0.0), max_bm25, cosine, recency(s.updated_at_ms, q.now_ms));
+            let b = breakdown(q.weights, lexical.get(i).copied().unwrap_or(0.0), max_bm25, cosine, recency(s.updated_at_ms, q.now_ms));
             if !is_match(q.weights, &b) {
                 continue;
             }

@@ -233,12 +233,27 @@ async fn wait(
     let since = query.since_version.unwrap_or(op.version);
     let deadline = tokio::time::Instant::now() + Duration::from_millis(query.timeout_ms.unwrap_or(MAX_WAIT_MS).min(MAX_WAIT_MS));
     let mut current = op;
-    while current.version == since && !current.state.is_terminal() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    while current.version == since && !current.state.is_terminal() {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            break;
+        }
+        // Registered before the read: a change committed before it is seen by the read, one
+        // after it wakes us (in this process; other processes' changes by the re-read).
+        let changed = ops::changes().notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
         match ops::version(&state.db, &caller.tenant, &current.id).await? {
-            Some(v) if v != current.version => current = load(&state, &caller, &current.id).await?,
+            Some(v) if v != current.version => {
+                current = load(&state, &caller, &current.id).await?;
+                continue;
+            }
             Some(_) => {}
             None => return Err(AppError::NotFound(format!("operation {} not found", current.id))),
+        }
+        tokio::select! {
+            () = changed => {}
+            () = tokio::time::sleep(Duration::from_millis(100).min(deadline - now)) => {}
         }
     }
     Ok(operation_response(StatusCode::OK, &current))

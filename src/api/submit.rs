@@ -1,6 +1,6 @@
 //! Submitting an operation: the one path every kind's endpoint goes through. Insert the
 //! row (or find the idempotent original), then push to the kind's queue after commit. A
-//! failed push leaves the row queued and unpushed: the dispatcher pushes it later.
+//! failed push leaves the row queued and unmarked: the dispatcher pushes it later.
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
@@ -51,14 +51,11 @@ pub async fn submit_operation(
         return Ok(op);
     }
     metrics::counter!(m::OPERATIONS_SUBMITTED, "kind" => kind.as_str()).increment(1);
-    match state.queue.push(kind, &op.id).await {
-        Ok(()) => {
-            if let Err(e) = leases::mark_pushed(&state.db, &op.id).await {
-                tracing::warn!(operation = %op.id, error = %e, "could not record the push; the dispatcher may push again");
-            }
-        }
-        Err(e) => {
-            tracing::warn!(operation = %op.id, error = format!("{e:#}"), "queue push failed; the dispatcher will push it")
+    if let Err(e) = state.queue.push(kind, &op.id).await {
+        tracing::warn!(operation = %op.id, error = format!("{e:#}"), "queue push failed; the dispatcher will push it");
+        if let Err(e) = leases::clear_pushed(&state.db, &op.id).await {
+            // Still marked: the dispatcher re-pushes it after CONTEXT_OPS_REPUSH_AFTER_MS.
+            tracing::warn!(operation = %op.id, error = %e, "could not clear the push mark");
         }
     }
     Ok(op)

@@ -83,6 +83,47 @@ macro_rules! fenced_checkpoint {
     }};
 }
 
+pub const SUCCEED_SQL: &str = "UPDATE operations SET state = 'succeeded', phase = 'done', processed = $3, total = $4, \
+     checkpoint = $5, result = $6, error = NULL, error_code = NULL, lease_token = NULL, lease_expires_at_ms = NULL, \
+     finished_at_ms = $7, updated_at_ms = $7, version = version + 1 \
+     WHERE id = $1 AND lease_token = $2 AND state = 'running'";
+
+/// Inside a worker's last transaction: finish the operation `succeeded` with `result`
+/// together with the last batch's effect (one commit instead of two), fenced by the
+/// lease, and release the conversation barrier. Evaluates to `Result<(), FenceError>`;
+/// the job then calls `JobCtx::mark_finished` so the runner does not finish it again.
+#[macro_export]
+macro_rules! fenced_succeed {
+    ($tx:expr, $lease:expr, $progress:expr, $result:expr) => {{
+        let lease: &$crate::store::leases::Lease = $lease;
+        let progress: &$crate::store::leases::Progress = $progress;
+        let result: &serde_json::Value = $result;
+        let now = $crate::store::now_ms();
+        let updated = sqlx::query($crate::store::leases::SUCCEED_SQL)
+            .bind(lease.operation_id.as_str())
+            .bind(lease.token.as_str())
+            .bind(progress.processed)
+            .bind(progress.total)
+            .bind(progress.checkpoint.as_deref())
+            .bind(result.to_string())
+            .bind(now)
+            .execute(&mut *$tx)
+            .await
+            .map_err($crate::store::leases::FenceError::from)?
+            .rows_affected();
+        if updated != 1 {
+            Err::<(), _>($crate::store::leases::FenceError::LostLease)?;
+        }
+        sqlx::query($crate::store::operations::RELEASE_CONVERSATION_SQL)
+            .bind(lease.tenant.as_str())
+            .bind(lease.operation_id.as_str())
+            .execute(&mut *$tx)
+            .await
+            .map_err($crate::store::leases::FenceError::from)?;
+        Ok::<(), $crate::store::leases::FenceError>(())
+    }};
+}
+
 pub struct Claimed {
     pub operation: OperationRow,
     pub lease: Lease,
@@ -114,7 +155,7 @@ pub async fn claim(db: &Db, id: &str, lease_ms: i64) -> StoreResult<Option<Claim
             "UPDATE operations SET state = 'running', phase = CASE WHEN phase IN ('queued', 'retrying') THEN 'starting' ELSE phase END, \
              lease_token = $3, lease_expires_at_ms = $4, attempt = attempt + 1, version = version + 1, pushed_at_ms = NULL, \
              started_at_ms = COALESCE(started_at_ms, $5), updated_at_ms = $5 \
-             WHERE id = $1 AND version = $2 RETURNING {COLUMNS}"
+             WHERE id = $1 AND version = $2 AND (state = 'queued' OR lease_expires_at_ms < $5) RETURNING {COLUMNS}"
         );
         let Some(row) = sqlx::query(AssertSqlSafe(sql))
             .bind(id)
@@ -129,6 +170,7 @@ pub async fn claim(db: &Db, id: &str, lease_ms: i64) -> StoreResult<Option<Claim
         };
         let operation = operation_from_row!(row);
         let lease = Lease { operation_id: operation.id.clone(), tenant: operation.tenant.clone(), token, lease_ms };
+        super::operations::changes().notify_waiters();
         Ok(Some(Claimed { recovered: current.state == ContextOperationState::Running, operation, lease }))
     })
 }
@@ -230,6 +272,7 @@ pub async fn finish(db: &Db, lease: &Lease, finish: Finish<'_>) -> Result<(), Fe
                 .await?;
         }
         tx.commit().await?;
+        super::operations::changes().notify_waiters();
         Ok(())
     })
 }
@@ -292,15 +335,12 @@ pub async fn take_dispatchable(db: &Db, repush_after_ms: i64, limit: usize) -> S
     Ok(out)
 }
 
-/// Record a successful push at submission (the dispatcher then leaves it alone). Only while
-/// the operation is still queued and unmarked: a worker may claim it between the push and
-/// this call, and a mark left on a running row would hide it from the dispatcher's orphan
-/// recovery (`pushed_at_ms < now - REPUSH_AFTER_MS`) if that worker then dies.
-pub async fn mark_pushed(db: &Db, id: &str) -> StoreResult<()> {
+/// Submissions insert rows already marked pushed (saving a write per operation in the
+/// common case); a failed push clears the mark so the next dispatcher round pushes it.
+pub async fn clear_pushed(db: &Db, id: &str) -> StoreResult<()> {
     with_pool!(db, pool => {
-        sqlx::query("UPDATE operations SET pushed_at_ms = $2 WHERE id = $1 AND state = 'queued' AND pushed_at_ms IS NULL")
+        sqlx::query("UPDATE operations SET pushed_at_ms = NULL WHERE id = $1 AND state = 'queued'")
             .bind(id)
-            .bind(now_ms())
             .execute(pool)
             .await?;
     });

@@ -158,28 +158,36 @@ pub async fn submit(
             }
         }
         if let SubmitEffect::MarkDeleting { conversation_id } = effect {
-            let busy: Option<Option<String>> = sqlx::query_scalar(
-                "SELECT deleting_operation FROM conversations WHERE tenant = $1 AND conversation_id = $2",
+            let marked = sqlx::query(
+                "UPDATE conversations SET deleting_operation = $3 \
+                 WHERE tenant = $1 AND conversation_id = $2 AND deleting_operation IS NULL",
             )
             .bind(tenant.as_str())
             .bind(conversation_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(Some(other)) = busy {
-                return Err(StoreError::Conflict(format!(
-                    "conversation {conversation_id:?} is already being deleted by operation {other}"
-                )));
-            }
-            sqlx::query("UPDATE conversations SET deleting_operation = $3 WHERE tenant = $1 AND conversation_id = $2")
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if marked == 0 {
+                // Either no such conversation (nothing to guard) or another delete holds it.
+                let busy: Option<Option<String>> = sqlx::query_scalar(
+                    "SELECT deleting_operation FROM conversations WHERE tenant = $1 AND conversation_id = $2",
+                )
                 .bind(tenant.as_str())
                 .bind(conversation_id)
-                .bind(id.as_str())
-                .execute(&mut *tx)
+                .fetch_optional(&mut *tx)
                 .await?;
+                if let Some(Some(other)) = busy {
+                    return Err(StoreError::Conflict(format!(
+                        "conversation {conversation_id:?} is already being deleted by operation {other}"
+                    )));
+                }
+            }
         }
         let sql = format!(
             "INSERT INTO operations (id, tenant, kind, state, phase, request, request_fingerprint, idempotency_key, \
-             created_at_ms, updated_at_ms) VALUES ($1, $2, $3, 'queued', 'queued', $4, $5, $6, $7, $7) RETURNING {COLUMNS}"
+             created_at_ms, updated_at_ms, pushed_at_ms) VALUES ($1, $2, $3, 'queued', 'queued', $4, $5, $6, $7, $7, $7) \
+             RETURNING {COLUMNS}"
         );
         let row = sqlx::query(AssertSqlSafe(sql))
             .bind(id.as_str())
@@ -205,6 +213,15 @@ pub async fn get(db: &Db, tenant: &TenantKey, id: &str) -> StoreResult<Option<Op
             None => Ok(None),
         }
     })
+}
+
+/// Wakes this process's long polls after it commits a change to an operation row (claim,
+/// finish, cancel, inference checkpoints). Changes made by other processes are still seen by
+/// the waiters' periodic re-read; this only removes the poll interval from the common
+/// single-process path.
+pub fn changes() -> &'static tokio::sync::Notify {
+    static CHANGES: tokio::sync::Notify = tokio::sync::Notify::const_new();
+    &CHANGES
 }
 
 /// The version of an operation, for long-poll waits (cheap, indexed by primary key).
@@ -264,7 +281,7 @@ pub async fn list(db: &Db, tenant: &TenantKey, filter: &ListFilter<'_>) -> Store
 }
 
 /// Clear the appends barrier an operation may hold (any terminal transition runs it).
-pub(crate) const RELEASE_CONVERSATION_SQL: &str =
+pub const RELEASE_CONVERSATION_SQL: &str =
     "UPDATE conversations SET deleting_operation = NULL WHERE tenant = $1 AND deleting_operation = $2";
 
 /// Cancel: a queued operation becomes `cancelled` at once; a running one is flagged and
@@ -301,6 +318,7 @@ pub async fn cancel(db: &Db, tenant: &TenantKey, id: &str) -> StoreResult<(Optio
         tx.commit().await?;
         Ok::<_, StoreError>(cancelled == 1)
     })?;
+    changes().notify_waiters();
     Ok((get(db, tenant, id).await?, cancelled))
 }
 

@@ -69,14 +69,18 @@ pub const BUMP_VECTOR_SEQ_SQL: &str = "INSERT INTO context_entry_heads (tenant, 
      ON CONFLICT (tenant) DO UPDATE SET vector_seq = context_entry_heads.vector_seq + $2, projected_at_ms = $3 \
      RETURNING vector_seq";
 
-/// Mark `n` (id, version) pairs projected where the entry is still active at that
-/// version; returns the ids that matched.
+/// Mark `n` (id, version) pairs — parameters `$2, $3, …` — projected where the entry is
+/// still active at that version; returns the ids that matched. Written as an `IN` list
+/// plus a `CASE` rather than a join with `VALUES`: the `IN` list is an index condition on
+/// the primary key whatever the statistics say (a freshly imported, never analysed table
+/// once made PostgreSQL nest-loop a VALUES join over the whole tenant).
 pub fn mark_projected_sql(n: usize) -> String {
+    let ids: Vec<String> = (0..n).map(|i| format!("${}", 2 + 2 * i)).collect();
+    let arms: String = (0..n).map(|i| format!(" WHEN ${} THEN ${}", 2 + 2 * i, 3 + 2 * i)).collect();
     format!(
-        "WITH v(id, version) AS (VALUES {}) UPDATE context_entries SET projected_version = v.version FROM v \
-         WHERE context_entries.tenant = $1 AND context_entries.id = v.id AND context_entries.version = v.version \
-         AND context_entries.status = 'active' RETURNING context_entries.id",
-        row_placeholders(2, n, 2)
+        "UPDATE context_entries SET projected_version = version WHERE tenant = $1 AND status = 'active' \
+         AND id IN ({}) AND version = CASE id{arms} END RETURNING id",
+        ids.join(", ")
     )
 }
 

@@ -1,75 +1,115 @@
 //! The `delete` job: remove a conversation's messages in bounded, checkpointed batches.
 //! Each batch deletes, adjusts the conversation's count and records progress in one
 //! transaction fenced by the lease, so a crash resumes with nothing deleted twice or
-//! counted twice. The final batch removes the conversation row itself.
+//! counted twice. The final batch removes the conversation row and finishes the operation
+//! in the same transaction.
+//!
+//! Batches walk the conversation by sequence from the checkpoint (`afterSequence`), one
+//! index range each. Starting every batch from the conversation's first sequence instead
+//! would re-scan the index entries of every row already deleted (dead until vacuum), making
+//! a large delete quadratic.
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{JobCtx, JobError};
 use crate::db::BeginWrite as _;
 use crate::store::leases::Progress;
-use crate::{fenced_checkpoint, with_pool};
+use crate::{fenced_checkpoint, fenced_succeed, with_pool};
+use context_jobs::operation::error_code;
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Checkpoint {
+    /// Every message with a sequence at or below this is deleted.
+    after_sequence: i64,
+}
 
 pub async fn run(ctx: &JobCtx, conversation_id: &str) -> Result<Value, JobError> {
     let tenant = ctx.operation.tenant.as_str();
     let mut processed = ctx.operation.processed;
+    let mut at: Checkpoint = match &ctx.operation.checkpoint {
+        Some(saved) => serde_json::from_str(saved)
+            .map_err(|e| JobError::permanent(error_code::CORRUPT_OPERATION, format!("bad delete checkpoint: {e}")))?,
+        None => Checkpoint::default(),
+    };
     let mut total = ctx.operation.total;
-    if ctx.operation.phase == "starting" && processed == 0 {
-        // The total is fixed at the start: appends are refused while the delete runs.
-        total = with_pool!(&ctx.db, pool => {
-            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM messages WHERE tenant = $1 AND conversation_id = $2")
+    if ctx.operation.checkpoint.is_none() && processed == 0 {
+        // Appends are refused while the delete runs, so the count is the total.
+        let count: Option<i64> = with_pool!(&ctx.db, pool => {
+            sqlx::query_scalar("SELECT message_count FROM conversations WHERE tenant = $1 AND conversation_id = $2")
                 .bind(tenant)
                 .bind(conversation_id)
-                .fetch_one(pool)
+                .fetch_optional(pool)
                 .await?
         });
+        total = count.unwrap_or(0).max(0);
     }
     let batch = ctx.batch_size();
     loop {
-        let (deleted, cancel) = with_pool!(&ctx.db, pool => {
+        let result = with_pool!(&ctx.db, pool => {
             let mut tx = pool.begin_write().await?;
-            let deleted = sqlx::query(
-                "DELETE FROM messages WHERE tenant = $1 AND conversation_id = $2 AND id IN \
-                 (SELECT id FROM messages WHERE tenant = $1 AND conversation_id = $2 ORDER BY sequence LIMIT $3)",
+            // The next `batch` sequences after the checkpoint: one index range, bounded by
+            // the (batch+1)-th sequence (none: the rest of the conversation).
+            let upper: Option<i64> = sqlx::query_scalar(
+                "SELECT sequence FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence > $3 \
+                 ORDER BY sequence LIMIT 1 OFFSET $4",
             )
             .bind(tenant)
             .bind(conversation_id)
+            .bind(at.after_sequence)
             .bind(batch)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let last = upper.is_none();
+            let deleted = sqlx::query(
+                "DELETE FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence > $3 AND sequence < $4",
+            )
+            .bind(tenant)
+            .bind(conversation_id)
+            .bind(at.after_sequence)
+            .bind(upper.unwrap_or(i64::MAX))
             .execute(&mut *tx)
             .await?
             .rows_affected() as i64;
-            if deleted < batch {
-                // Last batch: the conversation goes too (only if this operation holds it).
+            let next = Checkpoint { after_sequence: upper.map(|u| u - 1).unwrap_or(i64::MAX - 1) };
+            let progress = Progress {
+                phase: "deleting",
+                processed: processed + deleted,
+                total: total.max(processed + deleted),
+                checkpoint: Some(serde_json::to_string(&next).unwrap_or_default()),
+            };
+            if last {
+                // Last batch: the conversation goes too (only if this operation holds it),
+                // and the operation finishes in this same commit.
                 sqlx::query("DELETE FROM conversations WHERE tenant = $1 AND conversation_id = $2 AND deleting_operation = $3")
                     .bind(tenant)
                     .bind(conversation_id)
                     .bind(ctx.lease.operation_id.as_str())
                     .execute(&mut *tx)
                     .await?;
-            } else {
-                sqlx::query("UPDATE conversations SET message_count = message_count - $3 WHERE tenant = $1 AND conversation_id = $2")
-                    .bind(tenant)
-                    .bind(conversation_id)
-                    .bind(deleted)
-                    .execute(&mut *tx)
-                    .await?;
+                let result = json!({"deletedMessages": progress.processed});
+                fenced_succeed!(tx, &ctx.lease, &progress, &result)?;
+                tx.commit().await?;
+                ctx.mark_finished();
+                metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "delete").increment(deleted as u64);
+                return Ok(result);
             }
-            let progress = Progress {
-                phase: "deleting",
-                processed: processed + deleted,
-                total: total.max(processed + deleted),
-                checkpoint: None,
-            };
+            sqlx::query("UPDATE conversations SET message_count = message_count - $3 WHERE tenant = $1 AND conversation_id = $2")
+                .bind(tenant)
+                .bind(conversation_id)
+                .bind(deleted)
+                .execute(&mut *tx)
+                .await?;
             let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress)?;
             tx.commit().await?;
-            (deleted, cancel)
+            (deleted, cancel, next)
         });
+        let (deleted, cancel, next) = result;
         processed += deleted;
         total = total.max(processed);
+        at = next;
         metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "delete").increment(deleted as u64);
-        if deleted < batch {
-            return Ok(json!({"deletedMessages": processed}));
-        }
         ctx.boundary(cancel)?;
     }
 }

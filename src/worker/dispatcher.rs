@@ -16,10 +16,6 @@ use crate::queue::Queue;
 use crate::store::{leases, now_ms};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState, RetentionPolicy};
 
-/// A queued operation pushed this long ago and still not started is pushed again (the
-/// push may have been lost: a Redis restart without persistence, a failed push).
-const REPUSH_AFTER_MS: i64 = 60_000;
-
 pub fn spawn(db: Db, queue: Queue, config: Arc<Config>, holder: String, shutdown: CancellationToken) -> JoinHandle<anyhow::Result<()>> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(config.dispatch_interval_ms));
@@ -31,7 +27,7 @@ pub fn spawn(db: Db, queue: Queue, config: Arc<Config>, holder: String, shutdown
                 _ = shutdown.cancelled() => return Ok(()),
                 _ = tick.tick() => {}
             }
-            if let Err(e) = dispatch_once(&db, &queue).await {
+            if let Err(e) = dispatch_once(&db, &queue, config.repush_after_ms as i64).await {
                 tracing::warn!(error = format!("{e:#}"), "dispatcher round failed");
             }
             if let Err(e) = update_gauges(&db, &queue).await {
@@ -72,8 +68,8 @@ pub fn spawn(db: Db, queue: Queue, config: Arc<Config>, holder: String, shutdown
 }
 
 /// One dispatcher round; returns how many operations were pushed.
-pub async fn dispatch_once(db: &Db, queue: &Queue) -> anyhow::Result<usize> {
-    let due = leases::take_dispatchable(db, REPUSH_AFTER_MS, 500).await?;
+pub async fn dispatch_once(db: &Db, queue: &Queue, repush_after_ms: i64) -> anyhow::Result<usize> {
+    let due = leases::take_dispatchable(db, repush_after_ms, 500).await?;
     let mut pushed = 0;
     for op in &due {
         match queue.push(op.kind, &op.id).await {
@@ -82,7 +78,7 @@ pub async fn dispatch_once(db: &Db, queue: &Queue) -> anyhow::Result<usize> {
                 let reason = if op.orphaned { "lease_expired" } else { "queued" };
                 metrics::counter!(m::DISPATCHED, "kind" => op.kind.as_str(), "reason" => reason).increment(1);
             }
-            // Left marked as pushed: the next round after REPUSH_AFTER_MS tries again.
+            // Left marked as pushed: a round after `repush_after_ms` tries again.
             Err(e) => tracing::warn!(operation = %op.id, error = format!("{e:#}"), "dispatcher push failed"),
         }
     }

@@ -101,12 +101,16 @@ async fn export(ctx: &JobCtx, job: &ExportJob, mut checkpoint: ExportCheckpoint)
     let mut processed = ctx.operation.processed;
     let mut total = ctx.operation.total;
     let mut committed = processed;
+    let (mut read_time, mut encode_time) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
     loop {
         let mut finished = None;
         match encoder.state().section {
             Section::Messages => {
                 let after = checkpoint.after_message.as_ref().map(|(c, s)| (c.as_str(), *s));
+                let t = std::time::Instant::now();
                 let page = messages::export_page(&ctx.db, &tenant, after, batch).await?;
+                read_time += t.elapsed();
+                let t = std::time::Instant::now();
                 for record in &page {
                     encoder.message(record).map_err(encode_failed)?;
                 }
@@ -114,6 +118,7 @@ async fn export(ctx: &JobCtx, job: &ExportJob, mut checkpoint: ExportCheckpoint)
                     checkpoint.after_message = Some((last.scope.conversation_id.clone(), last.sequence));
                 }
                 processed += page.len() as i64;
+                encode_time += t.elapsed();
                 if page.len() < batch {
                     encoder.end_messages();
                 }
@@ -142,11 +147,18 @@ async fn export(ctx: &JobCtx, job: &ExportJob, mut checkpoint: ExportCheckpoint)
         checkpoint.encoder = encoder.state().clone();
         let phase = if finished.is_some() { "sealing" } else { "exporting" };
         let progress = Progress { phase, processed, total, checkpoint: Some(encode_checkpoint(&checkpoint)) };
+        let t = std::time::Instant::now();
         let cancel = commit(ctx, &checkpoint.artifact_id, &chunks, finished.as_ref(), &progress).await?;
+        let commit_time = t.elapsed();
         let bytes: usize = chunks.iter().map(|(_, c)| c.len()).sum();
         metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "export").increment((processed - committed).max(0) as u64);
         committed = processed;
-        tracing::debug!(operation = %ctx.operation.id, processed, bytes, "export batch committed");
+        tracing::debug!(
+            operation = %ctx.operation.id, processed, bytes, read_ms = read_time.as_millis() as u64,
+            encode_ms = encode_time.as_millis() as u64, commit_ms = commit_time.as_millis() as u64,
+            "export batch committed"
+        );
+        (read_time, encode_time) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
         if let Some(f) = finished {
             return Ok(result(&checkpoint.artifact_id, &f));
         }

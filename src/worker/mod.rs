@@ -78,6 +78,8 @@ pub struct JobCtx {
     pub lease: Lease,
     /// Process shutdown: checkpoint and release at the next boundary.
     pub shutdown: CancellationToken,
+    /// Set when the job committed its own success (`fenced_succeed!`) with its last batch.
+    pub finished: std::sync::atomic::AtomicBool,
 }
 
 impl JobCtx {
@@ -91,6 +93,11 @@ impl JobCtx {
             return Err(JobError::ShuttingDown);
         }
         Ok(())
+    }
+
+    /// Record that the job's last transaction already finished the operation.
+    pub fn mark_finished(&self) {
+        self.finished.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn batch_size(&self) -> i64 {

@@ -26,6 +26,17 @@ fn checkpoint_text(c: &Checkpoint) -> Option<String> {
     Some(serde_json::to_string(c).unwrap_or_default())
 }
 
+/// PostgreSQL plans the batch statements from table statistics; right after a bulk import
+/// (or in a fresh database) there may be none yet, and the planner then takes the tenant
+/// for a handful of rows. A rebuild walks the whole tenant, so it refreshes them first.
+async fn refresh_statistics(db: &crate::db::Db) {
+    if let crate::db::Db::Postgres(pool) = db
+        && let Err(e) = sqlx::query("ANALYZE context_entries").execute(pool).await
+    {
+        tracing::debug!(error = %e, "could not refresh context_entries statistics");
+    }
+}
+
 pub async fn run(ctx: &JobCtx, job: &RebuildVectorJob) -> Result<Value, JobError> {
     let embedder = Embedder::from_config(&ctx.config)
         .map_err(|e| JobError::permanent(error_code::INVALID_REQUEST, format!("embedder configuration: {e:#}")))?;
@@ -36,6 +47,7 @@ pub async fn run(ctx: &JobCtx, job: &RebuildVectorJob) -> Result<Value, JobError
         Some(saved) => serde_json::from_str(saved)
             .map_err(|e| JobError::permanent(error_code::CORRUPT_OPERATION, format!("bad rebuild checkpoint: {e}")))?,
         None => {
+            refresh_statistics(&ctx.db).await;
             total = rebuild_total(&ctx.db, tenant, job.force).await?;
             let at = Checkpoint::default();
             let progress = Progress { phase: "embedding", processed: 0, total, checkpoint: checkpoint_text(&at) };

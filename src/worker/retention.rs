@@ -59,48 +59,77 @@ fn bounds(plan: &RetentionPlan) -> (i64, i64) {
     (plan.older_than_ms.unwrap_or(i64::MIN), plan.up_to_sequence.unwrap_or(-1))
 }
 
-/// Delete one batch by `plan`; returns rows deleted. Runs inside the caller's transaction.
+/// Delete the next batch by `plan` after sequence `$after`, inside the caller's
+/// transaction; evaluates to `(deleted, Some(last sequence deleted))`, or `(0, None)` when
+/// nothing is left. Keyset by sequence, one index range per batch: restarting from the
+/// first sequence would re-scan the dead index entries of every batch already deleted.
 macro_rules! delete_batch {
-    ($tx:expr, $tenant:expr, $conversation:expr, $plan:expr, $batch:expr) => {{
+    ($tx:expr, $tenant:expr, $conversation:expr, $plan:expr, $after:expr, $batch:expr) => {{
         let (older, upto) = bounds($plan);
-        let deleted = sqlx::query(
-            "DELETE FROM messages WHERE tenant = $1 AND conversation_id = $2 AND id IN \
-             (SELECT id FROM messages WHERE tenant = $1 AND conversation_id = $2 AND (created_at_ms < $3 OR sequence <= $4) \
-              ORDER BY sequence LIMIT $5)",
+        let upper: Option<i64> = sqlx::query_scalar(
+            "SELECT max(sequence) FROM (SELECT sequence FROM messages WHERE tenant = $1 AND conversation_id = $2 \
+             AND sequence > $3 AND (created_at_ms < $4 OR sequence <= $5) ORDER BY sequence LIMIT $6) b",
         )
         .bind($tenant)
         .bind($conversation)
+        .bind($after)
         .bind(older)
         .bind(upto)
         .bind($batch)
-        .execute(&mut *$tx)
-        .await?
-        .rows_affected() as i64;
-        sqlx::query("UPDATE conversations SET message_count = message_count - $3 WHERE tenant = $1 AND conversation_id = $2")
+        .fetch_one(&mut *$tx)
+        .await?;
+        let mut deleted = 0i64;
+        if let Some(upper) = upper {
+            deleted = sqlx::query(
+                "DELETE FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence > $3 AND sequence <= $4 \
+                 AND (created_at_ms < $5 OR sequence <= $6)",
+            )
             .bind($tenant)
             .bind($conversation)
-            .bind(deleted)
+            .bind($after)
+            .bind(upper)
+            .bind(older)
+            .bind(upto)
             .execute(&mut *$tx)
-            .await?;
-        deleted
+            .await?
+            .rows_affected() as i64;
+            sqlx::query("UPDATE conversations SET message_count = message_count - $3 WHERE tenant = $1 AND conversation_id = $2")
+                .bind($tenant)
+                .bind($conversation)
+                .bind(deleted)
+                .execute(&mut *$tx)
+                .await?;
+        }
+        (deleted, upper)
     }};
+}
+
+/// The job's checkpoint: the plan made once, and how far the deletion got.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Checkpoint {
+    #[serde(flatten)]
+    plan: RetentionPlan,
+    #[serde(default)]
+    after_sequence: i64,
 }
 
 pub async fn run(ctx: &JobCtx, conversation_id: &str, policy: &RetentionPolicy) -> Result<Value, JobError> {
     let tenant = ctx.operation.tenant.as_str();
     let mut processed = ctx.operation.processed;
     let mut total = ctx.operation.total;
-    let plan: RetentionPlan = match &ctx.operation.checkpoint {
+    let mut at: Checkpoint = match &ctx.operation.checkpoint {
         Some(saved) => serde_json::from_str(saved)
             .map_err(|e| JobError::permanent(error_code::CORRUPT_OPERATION, format!("bad retention checkpoint: {e}")))?,
         None => {
             let (plan, doomed) = plan_for(&ctx.db, tenant, conversation_id, policy).await?;
             total = doomed;
+            let at = Checkpoint { plan, after_sequence: 0 };
             let progress = Progress {
                 phase: "planned",
                 processed: 0,
                 total,
-                checkpoint: Some(serde_json::to_string(&plan).unwrap_or_default()),
+                checkpoint: Some(serde_json::to_string(&at).unwrap_or_default()),
             };
             let cancel = with_pool!(&ctx.db, pool => {
                 let mut tx = pool.begin_write().await?;
@@ -109,34 +138,35 @@ pub async fn run(ctx: &JobCtx, conversation_id: &str, policy: &RetentionPolicy) 
                 cancel
             });
             ctx.boundary(cancel)?;
-            plan
+            at
         }
     };
     let batch = ctx.batch_size();
-    let checkpoint = Some(serde_json::to_string(&plan).unwrap_or_default());
-    while !plan.is_noop() {
-        let (deleted, cancel) = with_pool!(&ctx.db, pool => {
+    while !at.plan.is_noop() {
+        let (deleted, upper, cancel) = with_pool!(&ctx.db, pool => {
             let mut tx = pool.begin_write().await?;
-            let deleted = delete_batch!(tx, tenant, conversation_id, &plan, batch);
+            let (deleted, upper) = delete_batch!(tx, tenant, conversation_id, &at.plan, at.after_sequence, batch);
+            let next = Checkpoint { plan: at.plan, after_sequence: upper.unwrap_or(at.after_sequence) };
             let progress = Progress {
                 phase: "deleting",
                 processed: processed + deleted,
                 total: total.max(processed + deleted),
-                checkpoint: checkpoint.clone(),
+                checkpoint: Some(serde_json::to_string(&next).unwrap_or_default()),
             };
             let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress)?;
             tx.commit().await?;
-            (deleted, cancel)
+            (deleted, upper, cancel)
         });
         processed += deleted;
         total = total.max(processed);
         metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "retention").increment(deleted as u64);
-        if deleted < batch {
-            break;
+        match upper {
+            Some(upper) if deleted == batch => at.after_sequence = upper,
+            _ => break,
         }
         ctx.boundary(cancel)?;
     }
-    Ok(json!({"deletedMessages": processed, "plan": plan}))
+    Ok(json!({"deletedMessages": processed, "plan": at.plan}))
 }
 
 const SWEEP: &str = "retention_sweep";
@@ -185,16 +215,18 @@ pub async fn sweep_tick(db: &Db, holder: &str, period_ms: i64, policy: &Retentio
             if plan.is_noop() || doomed == 0 {
                 continue;
             }
+            let mut after = 0i64;
             loop {
-                let deleted = with_pool!(db, pool => {
+                let (deleted, upper) = with_pool!(db, pool => {
                     let mut tx = pool.begin_write().await?;
-                    let deleted = delete_batch!(tx, tenant.as_str(), conversation.as_str(), &plan, batch);
+                    let step = delete_batch!(tx, tenant.as_str(), conversation.as_str(), &plan, after, batch);
                     tx.commit().await?;
-                    deleted
+                    step
                 });
                 deleted_total += deleted;
-                if deleted < batch {
-                    break;
+                match upper {
+                    Some(upper) if deleted == batch => after = upper,
+                    _ => break,
                 }
             }
         }

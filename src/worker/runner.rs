@@ -72,18 +72,24 @@ impl Runner {
             operation: op.clone(),
             lease: lease.clone(),
             shutdown: self.shutdown.clone(),
+            finished: Default::default(),
         };
         let heartbeat = spawn_heartbeat(self.db.clone(), lease.clone(), self.config.lease() / 3);
         // Run the job in its own task so a panic is caught here, not in the queue worker.
-        let outcome = tokio::spawn(async move { run_job(&ctx).await }).await;
+        let outcome = tokio::spawn(async move {
+            let outcome = run_job(&ctx).await;
+            (outcome, ctx.finished.load(std::sync::atomic::Ordering::SeqCst))
+        })
+        .await;
         heartbeat.abort();
-        let outcome = match outcome {
-            Ok(outcome) => outcome,
-            Err(join) => Err(JobError::Transient(anyhow::anyhow!("the job panicked: {join}"))),
+        let (outcome, already_finished) = match outcome {
+            Ok(pair) => pair,
+            Err(join) => (Err(JobError::Transient(anyhow::anyhow!("the job panicked: {join}"))), false),
         };
         metrics::histogram!(m::RUN_DURATION, "kind" => op.kind.as_str()).record(started.elapsed().as_secs_f64());
         let attempt = op.attempt.max(0) as u32;
         let result = match &outcome {
+            Ok(_) if already_finished => Ok("succeeded"),
             Ok(result) => leases::finish(&self.db, &lease, Finish::Succeeded { result }).await.map(|_| "succeeded"),
             Err(JobError::LostLease) => {
                 tracing::warn!(operation = %op.id, "lost the lease; another worker owns the operation");

@@ -128,6 +128,23 @@ impl TestApp {
         }
     }
 
+    /// Another service on `other`'s database and queue namespace (e.g. workers for what an
+    /// API-only app queued). `other` must outlive it: it owns the SQLite file.
+    pub async fn start_on(
+        other: &TestApp,
+        command: Command,
+        tweak: impl FnOnce(&mut Config),
+    ) -> Self {
+        let database_url = other.database_url.clone();
+        let namespace = other.running().state.config.queue_namespace.clone();
+        Self::start_command(other.backend, command, |config| {
+            config.database_url = database_url;
+            config.queue_namespace = namespace;
+            tweak(config);
+        })
+        .await
+    }
+
     pub fn running(&self) -> &Running {
         self.running.as_ref().unwrap()
     }

@@ -13,7 +13,13 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_context-ops");
 
 /// Variables the binary reads; removed so the parent's environment cannot leak in.
-const CLEARED: &[&str] = &["DATABASE_URL", "REDIS_URL", "AGENT_CONTEXT_SERVICE_TOKEN", "RUST_LOG", "HOSTNAME"];
+const CLEARED: &[&str] = &[
+    "DATABASE_URL",
+    "REDIS_URL",
+    "AGENT_CONTEXT_SERVICE_TOKEN",
+    "RUST_LOG",
+    "HOSTNAME",
+];
 
 /// A free TCP port on 127.0.0.1 (bound to port 0, read, released).
 pub fn free_port() -> u16 {
@@ -40,7 +46,11 @@ impl Proc {
             .stderr(Stdio::from(err))
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-        Proc { name: name.to_string(), child: Some(child), log }
+        Proc {
+            name: name.to_string(),
+            child: Some(child),
+            log,
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -65,12 +75,32 @@ impl Proc {
         assert!(status.success(), "kill -{signal} {} failed", self.pid());
     }
 
+    /// Wait up to `within` for the process to exit by itself (after a SIGTERM, say) and reap
+    /// it; `None` while it is still running at the deadline.
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.as_mut()?.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Panics with the log tail if the process has exited.
     pub fn assert_alive(&mut self) {
         if let Some(child) = self.child.as_mut()
             && let Ok(Some(status)) = child.try_wait()
         {
-            panic!("{} exited early with {status}; log tail:\n{}", self.name, self.log_tail(40));
+            panic!(
+                "{} exited early with {status}; log tail:\n{}",
+                self.name,
+                self.log_tail(40)
+            );
         }
     }
 
@@ -88,7 +118,11 @@ impl Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         if std::thread::panicking() && self.child.is_some() {
-            eprintln!("---- {} log tail ----\n{}\n----", self.name, self.log_tail(30));
+            eprintln!(
+                "---- {} log tail ----\n{}\n----",
+                self.name,
+                self.log_tail(30)
+            );
         }
         self.kill();
     }
@@ -109,7 +143,10 @@ impl ServiceEnv {
         let mut cmd = Command::new(BIN);
         cmd.arg(subcommand).current_dir(&self.dir);
         for (key, _) in std::env::vars_os() {
-            if key.to_str().is_some_and(|k| k.starts_with("CONTEXT_OPS_") || CLEARED.contains(&k)) {
+            if key
+                .to_str()
+                .is_some_and(|k| k.starts_with("CONTEXT_OPS_") || CLEARED.contains(&k))
+            {
                 cmd.env_remove(key);
             }
         }
@@ -118,6 +155,8 @@ impl ServiceEnv {
             .env("CONTEXT_OPS_BIND", format!("127.0.0.1:{port}"))
             .env("CONTEXT_OPS_LEASE_SECS", self.lease_secs.to_string())
             .env("CONTEXT_OPS_DISPATCH_INTERVAL_MS", "200")
+            // Lost pushes (the Redis-restart test) are re-pushed after 2 s, not 60 s.
+            .env("CONTEXT_OPS_REPUSH_AFTER_MS", "2000")
             .env("CONTEXT_OPS_BATCH_SIZE", "2000")
             .env("CONTEXT_OPS_RETENTION_SWEEP_SECS", "0")
             .env("CONTEXT_OPS_DB_MAX_CONNECTIONS", "6")
@@ -131,7 +170,10 @@ impl ServiceEnv {
 
     /// Apply the migrations (`context-ops migrate`) so the test can seed before starting.
     pub fn migrate(&self) {
-        let out = self.command("migrate", 0).output().expect("run context-ops migrate");
+        let out = self
+            .command("migrate", 0)
+            .output()
+            .expect("run context-ops migrate");
         assert!(
             out.status.success(),
             "migrate failed: {}\n{}",
@@ -144,7 +186,10 @@ impl ServiceEnv {
     pub fn spawn(&self, name: &str, subcommand: &str) -> Service {
         let port = free_port();
         let proc = Proc::spawn(name, self.command(subcommand, port), &self.dir);
-        Service { proc, base: format!("http://127.0.0.1:{port}") }
+        Service {
+            proc,
+            base: format!("http://127.0.0.1:{port}"),
+        }
     }
 }
 
@@ -183,14 +228,27 @@ impl Service {
 /// A private, non-persistent `redis-server` on `port`.
 pub fn start_redis(dir: &Path, name: &str, port: u16) -> Proc {
     let mut cmd = Command::new("redis-server");
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .args(["--daemonize", "no"])
-        .current_dir(dir);
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ])
+    .args(["--daemonize", "no"])
+    .current_dir(dir);
     let mut proc = Proc::spawn(name, cmd, dir);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !redis_pings(port) {
         proc.assert_alive();
-        assert!(Instant::now() < deadline, "redis-server on {port} did not answer; log:\n{}", proc.log_tail(20));
+        assert!(
+            Instant::now() < deadline,
+            "redis-server on {port} did not answer; log:\n{}",
+            proc.log_tail(20)
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     proc
@@ -198,7 +256,9 @@ pub fn start_redis(dir: &Path, name: &str, port: u16) -> Proc {
 
 /// One raw `PING` over RESP.
 pub fn redis_pings(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
     let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
     if stream.write_all(b"PING\r\n").is_err() {
         return false;

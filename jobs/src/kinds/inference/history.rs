@@ -121,7 +121,8 @@ mod tests {
     #[test]
     fn an_appended_reply_replays_its_echo_after_its_text() {
         let mut reply = rec("assistant", json!("calling"));
-        let call = json!({"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"});
+        let call =
+            json!({"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"});
         let reasoning = json!({"type": "reasoning", "id": "rs", "summary": []});
         reply.metadata =
             json!({"inference": {"echo": [reasoning.clone(), {"not": "typed"}, call.clone()]}});
@@ -140,7 +141,9 @@ mod tests {
 
     #[test]
     fn the_window_keeps_the_newest_whole_records_within_budget() {
-        let records: Vec<_> = (0..5).map(|i| rec("user", json!(format!("m{i}")))).collect();
+        let records: Vec<_> = (0..5)
+            .map(|i| rec("user", json!(format!("m{i}"))))
+            .collect();
         let one = record_cost(&records[0]);
         assert_eq!(history_window(&records, one * 5).len(), 5);
         let three = history_window(&records, one * 3 + one / 2);

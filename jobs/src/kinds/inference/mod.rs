@@ -91,7 +91,10 @@ pub struct InferenceResult {
 
 /// Read a provider body as a turn: `Ok` for a completed turn and for a refusal (the
 /// turn's answer); every other decode error is the operation's failure.
-pub fn decode_turn(body: &Value, provider_attempts: u32) -> Result<InferenceResult, ResponseDecodeError> {
+pub fn decode_turn(
+    body: &Value,
+    provider_attempts: u32,
+) -> Result<InferenceResult, ResponseDecodeError> {
     match decode_response(body) {
         Ok(d) => Ok(InferenceResult {
             outcome: InferenceOutcome::Completed,
@@ -150,7 +153,11 @@ pub fn reply_message_id(operation_id: &str) -> String {
 
 /// The assistant record `appendReply` appends. Its metadata keeps what a later turn
 /// needs to continue (the echo items) and where it came from.
-pub fn reply_record(operation_id: &str, conversation_id: &str, result: &InferenceResult) -> ConversationRecord {
+pub fn reply_record(
+    operation_id: &str,
+    conversation_id: &str,
+    result: &InferenceResult,
+) -> ConversationRecord {
     let mut inference = json!({
         "operationId": operation_id,
         "outcome": result.outcome.as_str(),
@@ -195,7 +202,10 @@ mod tests {
         assert_eq!(r.tool_calls.len(), 1);
         assert_eq!(r.echo.len(), 2);
         assert_eq!(r.echo[0]["type"], "reasoning");
-        assert_eq!((r.model.as_deref(), r.response_id.as_deref()), (Some("m"), Some("resp_1")));
+        assert_eq!(
+            (r.model.as_deref(), r.response_id.as_deref()),
+            (Some("m"), Some("resp_1"))
+        );
         assert_eq!(r.usage.unwrap().output_tokens, 4);
         assert_eq!(r.provider_attempts, 2);
     }
@@ -203,7 +213,11 @@ mod tests {
     #[test]
     fn a_refusal_is_an_answer_but_a_mixed_refusal_is_not() {
         let refusal = json!({"type": "message", "content": [{"type": "refusal", "refusal": "no"}]});
-        let r = decode_turn(&json!({"id": "resp_2", "model": "m", "output": [refusal.clone()]}), 1).unwrap();
+        let r = decode_turn(
+            &json!({"id": "resp_2", "model": "m", "output": [refusal.clone()]}),
+            1,
+        )
+        .unwrap();
         assert_eq!(r.outcome, InferenceOutcome::Refused);
         assert_eq!(r.text, "no");
         assert_eq!(r.response_id.as_deref(), Some("resp_2"));
@@ -237,7 +251,8 @@ mod tests {
             history_through: Some(9),
             result: Some(decode_turn(&completed(), 2).unwrap()),
         };
-        let back: InferenceCheckpoint = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        let back: InferenceCheckpoint =
+            serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
         assert_eq!(back, c);
     }
 

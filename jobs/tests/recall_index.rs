@@ -1,0 +1,98 @@
+//! The in-memory recall index: what enters and leaves it, which vectors count, filters, the
+//! BM25 statistics it reports, and the order of its candidates.
+
+use context_jobs::embed::hashing_embed;
+use context_jobs::recall::{Weights, query_terms};
+use context_jobs::recall_index::{IndexedEntry, Query, RecallIndex};
+use context_jobs::text::terms;
+
+const DIM: usize = 128;
+
+fn put(index: &mut RecallIndex, id: &str, version: u64, conversation: &str, text: &str, active: bool, expires: Option<i64>) {
+    index.upsert(IndexedEntry {
+        id,
+        version,
+        active,
+        expires_at_ms: expires,
+        conversation_id: conversation,
+        updated_at_ms: 1_000,
+        terms: terms(text),
+    });
+}
+
+fn search(index: &RecallIndex, query: &str, weights: Weights, conversation: Option<&str>) -> Vec<String> {
+    let terms = query_terms(query);
+    let vector = hashing_embed(query, DIM);
+    index
+        .candidates(&Query { terms: &terms, vector: Some(&vector), conversation_id: conversation, now_ms: 2_000, weights, candidates: 10 })
+        .ids
+}
+
+const HYBRID: Weights = Weights { lexical: 0.35, vector: 0.65 };
+const LEXICAL: Weights = Weights { lexical: 1.0, vector: 0.0 };
+const VECTOR: Weights = Weights { lexical: 0.0, vector: 1.0 };
+
+#[test]
+fn only_live_entries_in_scope_are_candidates() {
+    let mut index = RecallIndex::new(DIM);
+    put(&mut index, "a", 1, "c1", "kafka brokers cluster", true, None);
+    put(&mut index, "b", 1, "c2", "kafka consumer lag", true, None);
+    put(&mut index, "x", 1, "c1", "kafka expired long ago", true, Some(1_500));
+    put(&mut index, "m", 1, "c1", "kafka merged away", false, None);
+    put(&mut index, "t", 1, "c1", "green tea", true, None);
+    assert_eq!(index.len(), 4, "an inactive entry never enters");
+    assert_eq!(search(&index, "kafka", LEXICAL, None), ["a", "b"], "ties by id; expired and unrelated left out");
+    assert_eq!(search(&index, "kafka", LEXICAL, Some("c2")), ["b"]);
+    assert!(search(&index, "kafka", LEXICAL, Some("nowhere")).is_empty());
+    // Becoming inactive removes; the slot is reused by the next entry.
+    put(&mut index, "a", 2, "c1", "kafka brokers cluster", false, None);
+    assert_eq!(search(&index, "kafka", LEXICAL, None), ["b"]);
+    put(&mut index, "n", 1, "c1", "kafka newcomer", true, None);
+    assert_eq!(index.len(), 4);
+    assert_eq!(search(&index, "kafka", LEXICAL, None), ["b", "n"]);
+}
+
+#[test]
+fn vectors_count_only_at_the_entry_version() {
+    let mut index = RecallIndex::new(DIM);
+    put(&mut index, "a", 1, "c", "postgres nightly backup", true, None);
+    assert!(search(&index, "postgres backup", VECTOR, None).is_empty(), "no vector yet");
+    index.set_vector("a", 1, &hashing_embed("postgres nightly backup", DIM));
+    assert_eq!(search(&index, "postgres backup", VECTOR, None), ["a"]);
+    // A new version makes the old vector not count, until its own arrives.
+    put(&mut index, "a", 2, "c", "postgres weekly backup", true, None);
+    assert!(search(&index, "postgres backup", VECTOR, None).is_empty());
+    index.set_vector("a", 2, &hashing_embed("postgres weekly backup", DIM));
+    assert_eq!(search(&index, "postgres backup", VECTOR, None), ["a"]);
+    // Wrong dimension or unknown entry: ignored.
+    index.set_vector("a", 3, &[1.0; 3]);
+    index.set_vector("ghost", 1, &hashing_embed("postgres", DIM));
+    assert_eq!(search(&index, "postgres backup", VECTOR, None), ["a"]);
+}
+
+#[test]
+fn statistics_are_exact_and_hybrid_uses_both_signals() {
+    let mut index = RecallIndex::new(DIM);
+    let texts = [("a", "alpha beta"), ("b", "alpha gamma gamma"), ("c", "delta"), ("d", "beta delta epsilon")];
+    for (id, text) in texts {
+        put(&mut index, id, 1, "c", text, true, None);
+        index.set_vector(id, 1, &hashing_embed(text, DIM));
+    }
+    let terms = query_terms("alpha beta");
+    let found = index.candidates(&Query {
+        terms: &terms,
+        vector: None,
+        conversation_id: None,
+        now_ms: 2_000,
+        weights: LEXICAL,
+        candidates: 10,
+    });
+    assert_eq!(found.stats.docs, 4);
+    assert_eq!(found.stats.avg_len, 9.0 / 4.0);
+    assert_eq!((found.stats.df["alpha"], found.stats.df["beta"]), (2, 2));
+    assert_eq!(found.ids[0], "a", "both terms beat one");
+    assert!(found.max_bm25 > 0.0);
+    assert_eq!(search(&index, "alpha beta", HYBRID, None)[0], "a");
+    let top2 = index.candidates(&Query { terms: &terms, vector: None, conversation_id: None, now_ms: 2_000, weights: LEXICAL, candidates: 2 });
+    assert_eq!(top2.ids.len(), 2, "at most `candidates` are returned");
+}

@@ -1,0 +1,456 @@
+//! The operations engine on the real binary (DESIGN.md §4, §6): a SIGTERM mid-operation
+//! releases it at the next batch boundary (no lease to wait out, the attempt not counted)
+//! and a new process resumes it from the checkpoint; the operation gauges of a process
+//! count what its database holds.
+//!
+//! Child processes come from `support/child.rs`; data is seeded with SQL through the
+//! service's own `Db`. Waits are long-polls and `/health` / `/metrics` polls with deadlines.
+
+#[path = "support/child.rs"]
+mod child;
+mod common;
+#[path = "support/prometheus.rs"]
+mod prometheus;
+
+use std::time::{Duration, Instant};
+
+use child::ServiceEnv;
+use common::{Backend, fresh_database, redis_url, unique};
+use context_ops::db::Db;
+use context_ops::store::now_ms;
+use context_ops::with_pool;
+use serde_json::{Value, json};
+
+/// Long, so that an operation left leased at shutdown would take 15 s to come back: the
+/// restart assertion below tells a release from a lease expiry.
+const LEASE_SECS: u64 = 15;
+const TENANT: &str = "default/default";
+const DELETE_PATH: &str = "/internal/v1/context/conversations/delete";
+const OPERATIONS_PATH: &str = "/internal/v1/context/operations";
+const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------------------
+// Fixture and database access
+// ---------------------------------------------------------------------------------------
+
+struct Fixture {
+    env: ServiceEnv,
+    db: Db,
+    client: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    async fn new(backend: Backend) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let database_url = fresh_database(backend, dir.path()).await;
+        let env = ServiceEnv {
+            database_url: database_url.clone(),
+            redis_url: (backend == Backend::Postgres).then(redis_url),
+            namespace: unique("engine"),
+            lease_secs: LEASE_SECS,
+            dir: dir.path().to_path_buf(),
+        };
+        let migrate = env.clone();
+        tokio::task::spawn_blocking(move || migrate.migrate())
+            .await
+            .unwrap();
+        let db = Db::connect(&database_url, 2).await.unwrap();
+        Fixture {
+            env,
+            db,
+            client: reqwest::Client::new(),
+            _dir: dir,
+        }
+    }
+
+    /// A conversation with `n` messages (sequences 1..=n), as the append path leaves it.
+    async fn seed(&self, conversation: &str, n: i64) {
+        let now = now_ms();
+        let scope = json!({"conversationId": conversation}).to_string();
+        with_pool!(&self.db, pool => {
+            sqlx::query(
+                "INSERT INTO conversations (tenant, conversation_id, next_sequence, message_count, created_at_ms, updated_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $5)",
+            )
+            .bind(TENANT)
+            .bind(conversation)
+            .bind(n + 1)
+            .bind(n)
+            .bind(now)
+            .execute(pool)
+            .await
+            .unwrap();
+        });
+        let rows = match &self.db {
+            Db::Postgres(_) => "SELECT g FROM generate_series(1, $3::BIGINT) AS g",
+            Db::Sqlite(_) => "WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < $3) SELECT g FROM s",
+        };
+        let sql = format!(
+            "INSERT INTO messages (tenant, conversation_id, id, sequence, role, scope, content, search_text, created_at_ms) \
+             SELECT $1, $2, 'm' || g, g, 'user', $4, '\"message ' || g || '\"', 'message ' || g, $5 FROM ({rows}) AS r"
+        );
+        with_pool!(&self.db, pool => {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(TENANT)
+                .bind(conversation)
+                .bind(n)
+                .bind(scope.as_str())
+                .bind(now)
+                .execute(pool)
+                .await
+                .unwrap();
+        });
+    }
+
+    async fn messages(&self, conversation: &str) -> i64 {
+        with_pool!(&self.db, pool => {
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM messages WHERE tenant = $1 AND conversation_id = $2")
+                .bind(TENANT)
+                .bind(conversation)
+                .fetch_one(pool)
+                .await
+                .unwrap()
+        })
+    }
+
+    async fn conversation_count(&self, conversation: &str) -> Option<i64> {
+        with_pool!(&self.db, pool => {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT message_count FROM conversations WHERE tenant = $1 AND conversation_id = $2",
+            )
+            .bind(TENANT)
+            .bind(conversation)
+            .fetch_optional(pool)
+            .await
+            .unwrap()
+        })
+    }
+
+    async fn operation(&self, id: &str) -> OpRow {
+        with_pool!(&self.db, pool => {
+            sqlx::query_as::<_, OpRow>(
+                "SELECT state, phase, processed, attempt, version, lease_token, lease_expires_at_ms, created_at_ms \
+                 FROM operations WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+        })
+    }
+
+    async fn execute(&self, sql: &'static str, bind: i64) {
+        with_pool!(&self.db, pool => {
+            sqlx::query(sql).bind(bind).execute(pool).await.unwrap();
+        });
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+struct OpRow {
+    state: String,
+    phase: String,
+    processed: i64,
+    attempt: i64,
+    version: i64,
+    lease_token: Option<String>,
+    lease_expires_at_ms: Option<i64>,
+    created_at_ms: i64,
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP
+// ---------------------------------------------------------------------------------------
+
+async fn submit_delete(client: &reqwest::Client, base: &str, conversation: &str) -> String {
+    let response = client
+        .post(format!("{base}{DELETE_PATH}"))
+        .json(&json!({"scope": {"conversationId": conversation}}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(status, 202, "delete submission failed: {body}");
+    body["id"].as_str().expect("operation id").to_string()
+}
+
+async fn get_operation(client: &reqwest::Client, base: &str, id: &str) -> Value {
+    let response = client
+        .get(format!("{base}{OPERATIONS_PATH}/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    response.json().await.unwrap()
+}
+
+/// Long-poll until `done(op)` holds, or panic with the last state seen after `within`.
+async fn wait_until(
+    client: &reqwest::Client,
+    base: &str,
+    id: &str,
+    within: Duration,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + within;
+    let mut op = get_operation(client, base, id).await;
+    while !done(&op) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "operation {id} not {what} within {within:?}; last seen {op}"
+        );
+        let url = format!(
+            "{base}{OPERATIONS_PATH}/{id}/wait?sinceVersion={}&timeoutMs={}",
+            op["version"],
+            left.as_millis().clamp(1, 10_000)
+        );
+        let response = client
+            .get(url)
+            .timeout(Duration::from_secs(40))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        op = response.json().await.unwrap();
+    }
+    op
+}
+
+fn state(op: &Value) -> &str {
+    op["state"].as_str().unwrap_or("")
+}
+
+fn is_terminal(op: &Value) -> bool {
+    matches!(state(op), "succeeded" | "failed" | "cancelled")
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. SIGTERM mid-delete: released at a batch boundary, resumed by the next process
+// ---------------------------------------------------------------------------------------
+
+async fn sigterm_releases_and_a_new_process_resumes(backend: Backend) {
+    const TOTAL: i64 = 200_000;
+    const OTHER: i64 = 100;
+    let fx = Fixture::new(backend).await;
+    fx.seed("big", TOTAL).await;
+    fx.seed("other", OTHER).await;
+
+    let mut a = fx.env.spawn("serve-a", "serve");
+    a.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
+    let id = submit_delete(&fx.client, &a.base, "big").await;
+    let seen = wait_until(
+        &fx.client,
+        &a.base,
+        &id,
+        Duration::from_secs(60),
+        "running",
+        |op| is_terminal(op) || (state(op) == "running" && op["processed"].as_i64() > Some(0)),
+    )
+    .await;
+    assert_eq!(state(&seen), "running", "finished before the SIGTERM: {seen}");
+    let claimed = fx.db.operation(&id).await;
+    assert_eq!(claimed.attempt, 1, "{claimed:?}");
+
+    a.proc.signal("TERM");
+    let signalled = Instant::now();
+    let Some(status) = a.proc.wait_exit(Duration::from_secs(30)).await else {
+        panic!(
+            "serve-a still running 30 s after SIGTERM; log tail:\n{}",
+            a.proc.log_tail(30)
+        );
+    };
+    let exited_after = signalled.elapsed();
+    assert!(
+        status.success(),
+        "serve-a exited with {status}; log tail:\n{}",
+        a.proc.log_tail(30)
+    );
+    assert!(
+        a.proc.log().contains("released at shutdown"),
+        "no release logged:\n{}",
+        a.proc.log_tail(30)
+    );
+
+    let released = fx.db.operation(&id).await;
+    assert_eq!(released.state, "queued", "{released:?}");
+    assert_eq!(released.lease_token, None, "{released:?}");
+    assert_eq!(released.lease_expires_at_ms, None, "{released:?}");
+    // `Finish::Release`: back to queued, this attempt not counted — the next claim is
+    // attempt 1 again, so a deploy does not eat into the retry budget.
+    assert_eq!(
+        released.attempt,
+        claimed.attempt - 1,
+        "a released attempt is not counted: {released:?}"
+    );
+    assert_eq!(released.phase, "deleting", "{released:?}");
+    assert!(
+        released.processed > 0 && released.processed < TOTAL,
+        "released outside the middle: {released:?}"
+    );
+    // The checkpoint and the deletions committed together: exactly `processed` are gone.
+    assert_eq!(fx.db.messages("big").await, TOTAL - released.processed);
+    assert_eq!(
+        fx.db.conversation_count("big").await,
+        Some(TOTAL - released.processed)
+    );
+
+    let restarted = Instant::now();
+    let mut b = fx.env.spawn("serve-b", "serve");
+    b.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
+    let healthy_after = restarted.elapsed();
+    // Nothing writes the released row until the new process claims it.
+    wait_until(
+        &fx.client,
+        &b.base,
+        &id,
+        Duration::from_secs(30),
+        "claimed again",
+        |op| op["version"].as_i64() != Some(released.version),
+    )
+    .await;
+    let running_again = restarted.elapsed();
+    let sigterm_to_running = signalled.elapsed();
+    let reclaimed = fx.db.operation(&id).await;
+    assert_eq!(reclaimed.attempt, 1, "{reclaimed:?}");
+    println!(
+        "[{backend:?}] SIGTERM at {}/{TOTAL}: exit after {:.2}s; restart -> healthy {:.2}s, \
+         restart -> running again {:.2}s; SIGTERM -> running again {:.2}s (lease {LEASE_SECS}s)",
+        released.processed,
+        exited_after.as_secs_f64(),
+        healthy_after.as_secs_f64(),
+        running_again.as_secs_f64(),
+        sigterm_to_running.as_secs_f64(),
+    );
+    // No lease to wait out: a dispatcher round after start-up, not LEASE_SECS.
+    assert!(
+        running_again < healthy_after + Duration::from_secs(3),
+        "running again {running_again:?} after the restart (healthy after {healthy_after:?})"
+    );
+
+    let done = wait_until(
+        &fx.client,
+        &b.base,
+        &id,
+        Duration::from_secs(120),
+        "finished",
+        is_terminal,
+    )
+    .await;
+    assert_eq!(state(&done), "succeeded", "{done}");
+    assert_eq!(done["result"]["deletedMessages"], json!(TOTAL), "{done}");
+    assert_eq!(done["processed"], json!(TOTAL), "{done}");
+    assert_eq!(fx.db.messages("big").await, 0);
+    assert_eq!(fx.db.conversation_count("big").await, None);
+    assert_eq!(fx.db.messages("other").await, OTHER);
+    assert_eq!(fx.db.operation(&id).await.attempt, 1, "one counted attempt");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_and_a_new_process_resumes_sqlite() {
+    sigterm_releases_and_a_new_process_resumes(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_and_a_new_process_resumes_postgres() {
+    sigterm_releases_and_a_new_process_resumes(Backend::Postgres).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Gauges
+// ---------------------------------------------------------------------------------------
+
+/// In its own process, so the gauges are this database's alone (in-process test apps share
+/// one metrics recorder, and every app's dispatcher would overwrite them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gauges_count_what_the_database_holds() {
+    let fx = Fixture::new(Backend::Sqlite).await;
+    for conversation in ["g1", "g2", "g3", "done"] {
+        fx.seed(conversation, 10).await;
+    }
+
+    // Three operations queued by an API-only process, then parked an hour ahead (as a
+    // backed-off retry would be) so the serving process below leaves them queued.
+    let mut api = fx.env.spawn("api", "api");
+    api.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
+    let mut parked = Vec::new();
+    for conversation in ["g1", "g2", "g3"] {
+        parked.push(submit_delete(&fx.client, &api.base, conversation).await);
+    }
+    api.proc.kill();
+    fx.execute(
+        "UPDATE operations SET not_before_ms = $1 WHERE state = 'queued'",
+        now_ms() + 3_600_000,
+    )
+    .await;
+    let oldest = fx.operation(&parked[0]).await.created_at_ms;
+
+    let mut serve = fx.env.spawn("serve", "serve");
+    serve.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
+    let id = submit_delete(&fx.client, &serve.base, "done").await;
+    let done = wait_until(
+        &fx.client,
+        &serve.base,
+        &id,
+        Duration::from_secs(30),
+        "finished",
+        is_terminal,
+    )
+    .await;
+    assert_eq!(state(&done), "succeeded", "{done}");
+
+    let ops = "context_ops_operations";
+    let expected: [(&str, &[(&str, &str)], f64); 5] = [
+        (ops, &[("kind", "delete"), ("state", "queued")], 3.0),
+        (ops, &[("kind", "delete"), ("state", "succeeded")], 1.0),
+        (ops, &[("kind", "delete"), ("state", "running")], 0.0),
+        (ops, &[("kind", "export"), ("state", "queued")], 0.0),
+        (
+            "context_ops_oldest_queued_timestamp_seconds",
+            &[],
+            oldest as f64 / 1000.0,
+        ),
+    ];
+    // The dispatcher refreshes the gauges every round (200 ms here).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let page = loop {
+        let page = fx
+            .client
+            .get(format!("{}/metrics", serve.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let matches = expected.iter().all(|(name, labels, value)| {
+            prometheus::sample(&page, name, labels).is_some_and(|v| (v - value).abs() < 1e-3)
+        });
+        if matches {
+            break page;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gauges never matched {expected:?}:\n{}",
+            page.lines()
+                .filter(|l| l.contains("context_ops_operations{") || l.contains("oldest"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for status in ["pending", "scheduled", "inflight", "dead"] {
+        let labels = [("kind", "delete"), ("status", status)];
+        assert!(
+            prometheus::sample(&page, "context_ops_queue_depth", &labels).is_some(),
+            "no queue depth {labels:?}"
+        );
+    }
+    for id in &parked {
+        let op = get_operation(&fx.client, &serve.base, id).await;
+        assert_eq!(state(&op), "queued", "a parked operation ran: {op}");
+    }
+}

@@ -1,0 +1,156 @@
+//! SIGKILL in the middle of a `rebuild_vector` operation, on the real binary, both
+//! backends: the restarted service resumes from the keyset checkpoint and finishes with
+//! `processed == total`, and every active entry has exactly one vector, of its current
+//! version (non-active entries have none). Entries are seeded with SQL, not over HTTP.
+
+mod common;
+#[path = "support/child.rs"]
+mod child;
+
+use std::time::{Duration, Instant};
+
+use child::{Proc, Service, ServiceEnv, free_port};
+use common::{Backend, fresh_database, redis_url, unique};
+use context_jobs::contract::{ContextInsight, ContextInsightKind, ContextInsightStatus, ContextProvenance};
+use context_ops::auth::TenantKey;
+use context_ops::db::{BeginWrite as _, Db};
+use context_ops::store::vectors::coverage;
+use context_ops::{import_entries, with_pool};
+use serde_json::{Value, json};
+
+const ENTRIES: usize = 40_000;
+const OPS: &str = "/internal/v1/context/operations";
+
+fn seed_entry(i: usize) -> ContextInsight {
+    ContextInsight {
+        id: format!("e{i:06}"),
+        kind: ContextInsightKind::Fact,
+        content: json!(format!("note {i} about topic {} and detail {}", i % 97, i % 13)),
+        attributes: Value::Null,
+        version: 1 + (i % 3) as u64,
+        // Every tenth entry is not active: it must never get a vector.
+        status: if i % 10 == 0 { ContextInsightStatus::Merged } else { ContextInsightStatus::Active },
+        provenance: ContextProvenance { conversation_id: "c".into(), message_ids: vec![], extractor_ref: None, observed_at_ms: 0 },
+        superseded_by: None,
+        expires_at_ms: None,
+        created_at_ms: 1,
+        updated_at_ms: 1,
+    }
+}
+
+async fn seed(db: &Db, tenant: &TenantKey) {
+    let all: Vec<ContextInsight> = (0..ENTRIES).map(seed_entry).collect();
+    for chunk in all.chunks(5_000) {
+        with_pool!(db, pool => {
+            let mut tx = pool.begin_write().await.unwrap();
+            let (inserted, _) = import_entries!(&mut *tx, tenant.as_str(), chunk).unwrap();
+            assert_eq!(inserted as usize, chunk.len());
+            tx.commit().await.unwrap();
+        });
+    }
+}
+
+fn spawn(env: &ServiceEnv, name: &str) -> Service {
+    let port = free_port();
+    let mut cmd = env.command("serve", port);
+    // Small batches (many checkpoints to land between) and no projector (the rebuild does
+    // all the work, so what is projected is exactly what the operation committed).
+    cmd.env("CONTEXT_OPS_BATCH_SIZE", "500").env("CONTEXT_OPS_PROJECTOR_INTERVAL_MS", "0");
+    Service { proc: Proc::spawn(name, cmd, &env.dir), base: format!("http://127.0.0.1:{port}") }
+}
+
+async fn operation(client: &reqwest::Client, base: &str, id: &str) -> Value {
+    let response = client.get(format!("{base}{OPS}/{id}/wait?timeoutMs=1000")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+async fn sigkill_mid_rebuild(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let env = ServiceEnv {
+        database_url: fresh_database(backend, dir.path()).await,
+        redis_url: (backend == Backend::Postgres).then(redis_url),
+        namespace: unique("rebuild"),
+        lease_secs: 3,
+        dir: dir.path().to_path_buf(),
+    };
+    let db = Db::connect(&env.database_url, 4).await.unwrap();
+    db.migrate().await.unwrap();
+    let tenant = TenantKey::default_tenant();
+    seed(&db, &tenant).await;
+    let active = (0..ENTRIES).filter(|i| i % 10 != 0).count() as i64;
+    assert_eq!(coverage(&db, &tenant).await.unwrap(), (active, 0));
+
+    let client = reqwest::Client::new();
+    let mut a = spawn(&env, "serve-a");
+    a.wait_healthy(&client, Duration::from_secs(30)).await;
+    let response = client
+        .post(format!("{}/internal/v1/context/projections/vector/rebuild", a.base))
+        .json(&json!({"force": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let id = response.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let op = operation(&client, &a.base, &id).await;
+        assert_ne!(op["state"], "succeeded", "finished before it could be killed: {op}");
+        if op["state"] == "running" && op["processed"].as_i64().unwrap() > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never got going: {op}");
+    }
+    a.proc.kill();
+
+    // At the kill: exactly the committed batches are projected, no more, no less.
+    let (state, processed, total): (String, i64, i64) = with_pool!(&db, pool => {
+        sqlx::query_as("SELECT state, processed, total FROM operations WHERE id = $1").bind(id.as_str()).fetch_one(pool).await.unwrap()
+    });
+    assert_eq!(state, "running");
+    assert_eq!(total, active);
+    assert!(processed > 0 && processed < total, "killed outside the middle: {processed}/{total}");
+    assert_eq!(coverage(&db, &tenant).await.unwrap(), (active, processed), "checkpoint and vectors diverged at the kill");
+
+    let mut b = spawn(&env, "serve-b");
+    b.wait_healthy(&client, Duration::from_secs(30)).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let done = loop {
+        let op = operation(&client, &b.base, &id).await;
+        if ["succeeded", "failed", "cancelled"].contains(&op["state"].as_str().unwrap()) {
+            break op;
+        }
+        assert!(Instant::now() < deadline, "did not finish after the restart: {op}");
+    };
+    println!("[{backend:?}] rebuild killed at {processed}/{total}, resumed: {done}");
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!((done["processed"].as_i64(), done["total"].as_i64()), (Some(active), Some(active)), "{done}");
+    assert_eq!(done["result"]["written"].as_i64(), Some(active), "every active entry embedded exactly once overall");
+    assert_eq!(coverage(&db, &tenant).await.unwrap(), (active, active));
+    let (vectors, stale): (i64, i64) = with_pool!(&db, pool => {
+        let vectors = sqlx::query_scalar("SELECT COUNT(*) FROM context_entry_vectors").fetch_one(pool).await.unwrap();
+        let stale = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM context_entries WHERE status = 'active' AND projected_version <> version",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        (vectors, stale)
+    });
+    assert_eq!((vectors, stale), (active, 0), "one vector per active entry, none for the others");
+    let attempt: i64 = with_pool!(&db, pool => {
+        sqlx::query_scalar("SELECT attempt FROM operations WHERE id = $1").bind(id.as_str()).fetch_one(pool).await.unwrap()
+    });
+    assert!(attempt >= 2, "resumed by a second claim");
+    db.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_rebuild_sqlite() {
+    sigkill_mid_rebuild(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_rebuild_postgres() {
+    sigkill_mid_rebuild(Backend::Postgres).await;
+}
