@@ -49,7 +49,7 @@ fn config(database_url: String, redis: &str, namespace: &str) -> Config {
     config.redis_url = Some(redis.to_string());
     config.queue_namespace = namespace.to_string();
     config.retention_sweep_secs = 0;
-    config.worker_concurrency = 8;
+    config.worker_concurrency = env_or("BENCH_WORKER_CONCURRENCY", "8").parse().unwrap_or(8);
     config.dispatch_interval_ms = 500;
     config
 }

@@ -27,6 +27,9 @@ pub struct AppState {
     pub embedder: Arc<crate::embedder::Embedder>,
     /// In-memory recall indexes, one per recently used tenant.
     pub recall_index: Arc<crate::store::recall_index::RecallIndexes>,
+    /// Process shutdown (the token `server::start` stops everything with): long-polls
+    /// answer at once, so the HTTP server drains in time.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {
@@ -42,6 +45,7 @@ impl AppState {
             queue,
             embedder: Arc::new(embedder),
             recall_index: Arc::new(recall_index),
+            shutdown: tokio_util::sync::CancellationToken::new(),
         })
     }
 }

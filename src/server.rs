@@ -88,7 +88,7 @@ pub async fn start(config: Config, command: Command) -> anyhow::Result<Running> 
     } else {
         tracing::info!(mode = state.auth.mode(), "authentication enabled");
     }
-    let shutdown = CancellationToken::new();
+    let shutdown = state.shutdown.clone();
     let mut tasks = Vec::new();
     let mut addr = config.bind;
     let mut metrics_addr = None;

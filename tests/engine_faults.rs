@@ -84,7 +84,9 @@ impl Fixture {
         });
         let rows = match &self.db {
             Db::Postgres(_) => "SELECT g FROM generate_series(1, $3::BIGINT) AS g",
-            Db::Sqlite(_) => "WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < $3) SELECT g FROM s",
+            Db::Sqlite(_) => {
+                "WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < $3) SELECT g FROM s"
+            }
         };
         let sql = format!(
             "INSERT INTO messages (tenant, conversation_id, id, sequence, role, scope, content, search_text, created_at_ms) \
@@ -251,8 +253,12 @@ async fn sigterm_releases_and_a_new_process_resumes(backend: Backend) {
         |op| is_terminal(op) || (state(op) == "running" && op["processed"].as_i64() > Some(0)),
     )
     .await;
-    assert_eq!(state(&seen), "running", "finished before the SIGTERM: {seen}");
-    let claimed = fx.db.operation(&id).await;
+    assert_eq!(
+        state(&seen),
+        "running",
+        "finished before the SIGTERM: {seen}"
+    );
+    let claimed = fx.operation(&id).await;
     assert_eq!(claimed.attempt, 1, "{claimed:?}");
 
     a.proc.signal("TERM");
@@ -275,7 +281,7 @@ async fn sigterm_releases_and_a_new_process_resumes(backend: Backend) {
         a.proc.log_tail(30)
     );
 
-    let released = fx.db.operation(&id).await;
+    let released = fx.operation(&id).await;
     assert_eq!(released.state, "queued", "{released:?}");
     assert_eq!(released.lease_token, None, "{released:?}");
     assert_eq!(released.lease_expires_at_ms, None, "{released:?}");
@@ -292,9 +298,9 @@ async fn sigterm_releases_and_a_new_process_resumes(backend: Backend) {
         "released outside the middle: {released:?}"
     );
     // The checkpoint and the deletions committed together: exactly `processed` are gone.
-    assert_eq!(fx.db.messages("big").await, TOTAL - released.processed);
+    assert_eq!(fx.messages("big").await, TOTAL - released.processed);
     assert_eq!(
-        fx.db.conversation_count("big").await,
+        fx.conversation_count("big").await,
         Some(TOTAL - released.processed)
     );
 
@@ -314,7 +320,7 @@ async fn sigterm_releases_and_a_new_process_resumes(backend: Backend) {
     .await;
     let running_again = restarted.elapsed();
     let sigterm_to_running = signalled.elapsed();
-    let reclaimed = fx.db.operation(&id).await;
+    let reclaimed = fx.operation(&id).await;
     assert_eq!(reclaimed.attempt, 1, "{reclaimed:?}");
     println!(
         "[{backend:?}] SIGTERM at {}/{TOTAL}: exit after {:.2}s; restart -> healthy {:.2}s, \
@@ -343,10 +349,10 @@ async fn sigterm_releases_and_a_new_process_resumes(backend: Backend) {
     assert_eq!(state(&done), "succeeded", "{done}");
     assert_eq!(done["result"]["deletedMessages"], json!(TOTAL), "{done}");
     assert_eq!(done["processed"], json!(TOTAL), "{done}");
-    assert_eq!(fx.db.messages("big").await, 0);
-    assert_eq!(fx.db.conversation_count("big").await, None);
-    assert_eq!(fx.db.messages("other").await, OTHER);
-    assert_eq!(fx.db.operation(&id).await.attempt, 1, "one counted attempt");
+    assert_eq!(fx.messages("big").await, 0);
+    assert_eq!(fx.conversation_count("big").await, None);
+    assert_eq!(fx.messages("other").await, OTHER);
+    assert_eq!(fx.operation(&id).await.attempt, 1, "one counted attempt");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -365,6 +371,9 @@ async fn sigterm_releases_and_a_new_process_resumes_postgres() {
 
 /// In its own process, so the gauges are this database's alone (in-process test apps share
 /// one metrics recorder, and every app's dispatcher would overwrite them).
+/// A sample the `/metrics` page must show: name, labels, value.
+type Expected<'a> = (&'a str, &'a [(&'a str, &'a str)], f64);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gauges_count_what_the_database_holds() {
     let fx = Fixture::new(Backend::Sqlite).await;
@@ -403,7 +412,7 @@ async fn gauges_count_what_the_database_holds() {
     assert_eq!(state(&done), "succeeded", "{done}");
 
     let ops = "context_ops_operations";
-    let expected: [(&str, &[(&str, &str)], f64); 5] = [
+    let expected: [Expected; 5] = [
         (ops, &[("kind", "delete"), ("state", "queued")], 3.0),
         (ops, &[("kind", "delete"), ("state", "succeeded")], 1.0),
         (ops, &[("kind", "delete"), ("state", "running")], 0.0),
@@ -453,4 +462,52 @@ async fn gauges_count_what_the_database_holds() {
         let op = get_operation(&fx.client, &serve.base, id).await;
         assert_eq!(state(&op), "queued", "a parked operation ran: {op}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. SIGTERM with a long-poll open: answered at once, not after its 30 s
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_open_long_polls() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let fx = Fixture::new(Backend::Sqlite).await;
+    // API only: the operation stays queued, so only a timeout or shutdown ends the wait.
+    let mut api = fx.env.spawn("api", "api");
+    api.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
+    let id = submit_delete(&fx.client, &api.base, "nothing").await;
+
+    // A raw connection, so the request is on the wire before the barrier below.
+    let mut poll = tokio::net::TcpStream::connect(api.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let request = format!(
+        "GET {OPERATIONS_PATH}/{id}/wait?timeoutMs=30000 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    );
+    poll.write_all(request.as_bytes()).await.unwrap();
+    // Barrier: a later connection answered, so the server has accepted and read ours.
+    api.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
+
+    api.proc.signal("TERM");
+    let signalled = Instant::now();
+    let Some(status) = api.proc.wait_exit(Duration::from_secs(30)).await else {
+        panic!("api still running 30 s after SIGTERM");
+    };
+    let exited_after = signalled.elapsed();
+    assert!(status.success(), "api exited with {status}");
+    println!(
+        "SIGTERM with a 30 s long-poll open: exit after {:.2}s",
+        exited_after.as_secs_f64()
+    );
+    assert!(
+        exited_after < Duration::from_secs(5),
+        "the open long-poll held the shutdown for {exited_after:?}"
+    );
+    let mut response = String::new();
+    poll.read_to_string(&mut response).await.unwrap();
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "long-poll answer: {response}"
+    );
+    assert!(response.contains("\"state\":\"queued\""), "{response}");
 }

@@ -1,15 +1,21 @@
-//! The in-memory recall index of one tenant: for every active entry its BM25 terms and, when
-//! projected, its vector in compact i8 form. It answers "which entries are worth scoring
-//! for this query" with exact BM25 statistics over all live entries and an approximate
-//! cosine, in one pass over compact arrays — no database round trip per entry.
+//! The in-memory recall index of one tenant: for every active entry its BM25 terms (in
+//! postings lists) and, when projected, its vector in compact i8 form, in flat per-slot
+//! arrays. It answers "which entries are worth scoring for this query" without a database
+//! round trip per entry: BM25 over the postings of the query's terms only, and an
+//! approximate cosine over the contiguous vector array.
 //!
 //! It holds no truth: the shell rebuilds it from the database, keeps it in sync by change
 //! sequence, and rescores the candidates it returns from the rows it loads.
+//!
+//! Corpus statistics (entry count, mean length, document frequencies) are over the active
+//! entries in the index — including any past their `expiresAtMs`, which are only excluded
+//! from the candidates. Postings of replaced or removed entries are invalidated by a
+//! per-slot generation and compacted once they outnumber the live ones.
 
 use std::collections::{BinaryHeap, HashMap};
 
 use crate::embed::{dot_i8, quantize};
-use crate::recall::{Bm25Stats, Weights, bm25, breakdown, is_match, recency};
+use crate::recall::{BM25_B, BM25_K1, Bm25Stats, RECENCY_WEIGHT, Weights, breakdown, recency};
 
 /// What the index needs of an entry version.
 pub struct IndexedEntry<'a> {
@@ -23,30 +29,40 @@ pub struct IndexedEntry<'a> {
     pub terms: Vec<String>,
 }
 
-struct Slot {
-    id: String,
-    version: u64,
-    expires_at_ms: Option<i64>,
-    conversation: u32,
-    updated_at_ms: i64,
-    /// (term id, frequency), sorted by term id.
-    terms: Box<[(u32, u32)]>,
-    len: u32,
-    /// Entry version the stored vector embeds (0: none) and its scale.
-    vec_version: u64,
-    vec_scale: f32,
+#[derive(Clone, Copy)]
+struct Posting {
+    slot: u32,
+    generation: u32,
+    tf: u32,
 }
 
+#[derive(Default)]
 pub struct RecallIndex {
     dim: usize,
-    slots: Vec<Option<Slot>>,
+    // Per slot.
+    ids: Vec<String>,
+    occupied: Vec<bool>,
+    generation: Vec<u32>,
+    version: Vec<u64>,
+    vec_version: Vec<u64>,
+    vec_scale: Vec<f32>,
+    expires_at_ms: Vec<i64>,
+    conversation: Vec<u32>,
+    updated_at_ms: Vec<i64>,
+    len: Vec<u32>,
+    terms: Vec<Box<[(u32, u32)]>>,
+    vectors: Vec<i8>,
+    // Lookups.
     by_id: HashMap<String, usize>,
     free: Vec<usize>,
     dict: HashMap<String, u32>,
     conversations: HashMap<String, u32>,
-    vectors: Vec<i8>,
+    postings: Vec<Vec<Posting>>,
+    live_postings: usize,
+    stale_postings: usize,
+    /// Vectors that arrived before their entry (version, quantised, scale).
+    pending: HashMap<String, (u64, Vec<i8>, f32)>,
     total_len: u64,
-    live: u64,
 }
 
 pub struct Query<'a> {
@@ -62,25 +78,15 @@ pub struct Query<'a> {
 pub struct Candidates {
     /// Entry ids, best approximate score first.
     pub ids: Vec<String>,
-    /// BM25 statistics over every live entry, for exact rescoring.
+    /// BM25 statistics of the query's terms, for exact rescoring.
     pub stats: Bm25Stats,
-    /// The best BM25 of any live entry (the lexical normaliser).
+    /// The best BM25 of any active entry (the lexical normaliser).
     pub max_bm25: f64,
 }
 
 impl RecallIndex {
     pub fn new(dim: usize) -> Self {
-        Self {
-            dim,
-            slots: Vec::new(),
-            by_id: HashMap::new(),
-            free: Vec::new(),
-            dict: HashMap::new(),
-            conversations: HashMap::new(),
-            vectors: Vec::new(),
-            total_len: 0,
-            live: 0,
-        }
+        Self { dim, ..Self::default() }
     }
 
     pub fn len(&self) -> usize {
@@ -98,142 +104,195 @@ impl RecallIndex {
             return;
         }
         let mut counts: HashMap<u32, u32> = HashMap::new();
-        for t in &e.terms {
+        for t in e.terms {
             let next = self.dict.len() as u32;
-            let id = *self.dict.entry(t.clone()).or_insert(next);
+            let id = *self.dict.entry(t).or_insert(next);
             *counts.entry(id).or_default() += 1;
         }
         let mut terms: Vec<(u32, u32)> = counts.into_iter().collect();
         terms.sort_unstable();
         let next = self.conversations.len() as u32;
         let conversation = *self.conversations.entry(e.conversation_id.to_string()).or_insert(next);
-        let len = e.terms.len() as u32;
-        let idx = match self.by_id.get(e.id) {
-            Some(&i) => i,
+        let i = match self.by_id.get(e.id) {
+            Some(&i) => {
+                self.retire(i);
+                i
+            }
             None => {
-                let i = self.free.pop().unwrap_or_else(|| {
-                    self.slots.push(None);
-                    self.vectors.resize(self.slots.len() * self.dim, 0);
-                    self.slots.len() - 1
-                });
+                let i = self.free.pop().unwrap_or_else(|| self.grow());
                 self.by_id.insert(e.id.to_string(), i);
+                self.ids[i] = e.id.to_string();
+                self.vec_version[i] = 0;
                 i
             }
         };
-        let (vec_version, vec_scale) = match self.slots[idx].take() {
-            Some(old) => {
-                self.total_len -= u64::from(old.len);
-                self.live -= 1;
-                (old.vec_version, old.vec_scale)
+        if let Some((version, q, scale)) = self.pending.remove(e.id) {
+            self.vectors[i * self.dim..(i + 1) * self.dim].copy_from_slice(&q);
+            (self.vec_version[i], self.vec_scale[i]) = (version, scale);
+        }
+        let generation = self.generation[i];
+        for &(term, tf) in &terms {
+            if self.postings.len() <= term as usize {
+                self.postings.resize_with(term as usize + 1, Vec::new);
             }
-            None => (0, 0.0),
-        };
+            self.postings[term as usize].push(Posting { slot: i as u32, generation, tf });
+        }
+        self.live_postings += terms.len();
+        let len: u32 = terms.iter().map(|(_, tf)| tf).sum();
         self.total_len += u64::from(len);
-        self.live += 1;
-        self.slots[idx] = Some(Slot {
-            id: e.id.to_string(),
-            version: e.version,
-            expires_at_ms: e.expires_at_ms,
-            conversation,
-            updated_at_ms: e.updated_at_ms,
-            terms: terms.into_boxed_slice(),
-            len,
-            vec_version,
-            vec_scale,
-        });
+        self.occupied[i] = true;
+        self.version[i] = e.version;
+        self.expires_at_ms[i] = e.expires_at_ms.unwrap_or(i64::MAX);
+        self.conversation[i] = conversation;
+        self.updated_at_ms[i] = e.updated_at_ms;
+        self.len[i] = len;
+        self.terms[i] = terms.into_boxed_slice();
+    }
+
+    fn grow(&mut self) -> usize {
+        self.ids.push(String::new());
+        self.occupied.push(false);
+        self.generation.push(0);
+        self.version.push(0);
+        self.vec_version.push(0);
+        self.vec_scale.push(0.0);
+        self.expires_at_ms.push(0);
+        self.conversation.push(0);
+        self.updated_at_ms.push(0);
+        self.len.push(0);
+        self.terms.push(Box::default());
+        self.vectors.resize(self.ids.len() * self.dim, 0);
+        self.ids.len() - 1
+    }
+
+    /// Invalidate slot `i`'s postings (its entry is replaced or leaves).
+    fn retire(&mut self, i: usize) {
+        if !self.occupied[i] {
+            return;
+        }
+        self.generation[i] = self.generation[i].wrapping_add(1);
+        self.occupied[i] = false;
+        self.total_len -= u64::from(self.len[i]);
+        self.live_postings -= self.terms[i].len();
+        self.stale_postings += self.terms[i].len();
+        if self.stale_postings > self.live_postings.max(4096) {
+            self.compact();
+        }
+    }
+
+    fn compact(&mut self) {
+        let (occupied, generation) = (&self.occupied, &self.generation);
+        for list in &mut self.postings {
+            list.retain(|p| occupied[p.slot as usize] && generation[p.slot as usize] == p.generation);
+        }
+        self.stale_postings = 0;
     }
 
     pub fn remove(&mut self, id: &str) {
+        self.pending.remove(id);
         if let Some(i) = self.by_id.remove(id) {
-            if let Some(old) = self.slots[i].take() {
-                self.total_len -= u64::from(old.len);
-                self.live -= 1;
-            }
+            self.retire(i);
+            self.ids[i].clear();
             self.free.push(i);
         }
     }
 
-    /// Store the vector of `version` of entry `id` (ignored for entries not in the index
-    /// or of another dimension). It counts only while it matches the entry's version.
+    /// Store the vector of `version` of entry `id` (ignored when of another dimension). It
+    /// counts only while it matches the entry's version. A vector of an entry the index
+    /// has not seen yet is kept until the entry arrives (or leaves).
     pub fn set_vector(&mut self, id: &str, version: u64, vector: &[f32]) {
-        let Some(&i) = self.by_id.get(id) else { return };
         if vector.len() != self.dim {
             return;
         }
         let (q, scale) = quantize(vector);
+        let Some(&i) = self.by_id.get(id) else {
+            self.pending.insert(id.to_string(), (version, q, scale));
+            return;
+        };
         self.vectors[i * self.dim..(i + 1) * self.dim].copy_from_slice(&q);
-        if let Some(slot) = self.slots[i].as_mut() {
-            slot.vec_version = version;
-            slot.vec_scale = scale;
-        }
+        (self.vec_version[i], self.vec_scale[i]) = (version, scale);
     }
 
-    /// The best `q.candidates` live entries by approximate hybrid score, with the exact
-    /// BM25 statistics of the query over all live entries.
+    fn valid(&self, p: &Posting) -> bool {
+        let s = p.slot as usize;
+        self.occupied[s] && self.generation[s] == p.generation
+    }
+
+    /// The best `q.candidates` live entries by approximate hybrid score, with the BM25
+    /// statistics of the query.
     pub fn candidates(&self, q: &Query<'_>) -> Candidates {
-        let term_ids: Vec<Option<u32>> = q.terms.iter().map(|t| self.dict.get(t).copied()).collect();
-        let live = |s: &Slot| s.expires_at_ms.is_none_or(|t| t > q.now_ms);
-        // Pass 1: term frequencies of the entries that contain any query term, and df.
-        let mut df = vec![0u64; q.terms.len()];
-        let mut docs = 0u64;
-        let mut total_len = 0u64;
-        let mut matched: Vec<(usize, Vec<u32>)> = Vec::new();
-        let mut tf = vec![0u32; q.terms.len()];
-        for (i, slot) in self.slots.iter().enumerate() {
-            let Some(s) = slot.as_ref().filter(|s| live(s)) else { continue };
-            docs += 1;
-            total_len += u64::from(s.len);
-            let mut any = false;
-            for (k, id) in term_ids.iter().enumerate() {
-                tf[k] = 0;
-                if let Some(id) = id
-                    && let Ok(p) = s.terms.binary_search_by_key(id, |(t, _)| *t)
-                {
-                    tf[k] = s.terms[p].1;
-                    df[k] += 1;
-                    any = true;
-                }
-            }
-            if any {
-                matched.push((i, tf.clone()));
-            }
-        }
+        let docs = self.by_id.len() as u64;
+        let avg_len = if docs > 0 { self.total_len as f64 / docs as f64 } else { 0.0 };
+        let lists: Vec<Option<&Vec<Posting>>> =
+            q.terms.iter().map(|t| self.dict.get(t).and_then(|id| self.postings.get(*id as usize))).collect();
+        let df: Vec<u64> =
+            lists.iter().map(|l| l.map_or(0, |l| l.iter().filter(|p| self.valid(p)).count() as u64)).collect();
         let stats = Bm25Stats {
             docs,
-            avg_len: if docs > 0 { total_len as f64 / docs as f64 } else { 0.0 },
+            avg_len,
             df: q.terms.iter().cloned().zip(df).filter(|(_, n)| *n > 0).collect(),
         };
-        // BM25 by slot (0 for entries without a query term).
-        let mut lexical = vec![0.0f64; if matched.is_empty() { 0 } else { self.slots.len() }];
-        for (i, tf) in &matched {
-            lexical[*i] = bm25(&stats, q.terms, tf, self.slots[*i].as_ref().map_or(0, |s| s.len));
+        // BM25 accumulated term by term over the postings (it is a sum over terms).
+        let mut lexical: Vec<f64> = Vec::new();
+        let mut touched: Vec<usize> = Vec::new();
+        let norm_avg = if avg_len > 0.0 { avg_len } else { 1.0 };
+        for (t, list) in q.terms.iter().zip(&lists) {
+            let Some(list) = list else { continue };
+            let idf = stats.idf(t);
+            if lexical.is_empty() {
+                lexical = vec![0.0; self.ids.len()];
+            }
+            for p in list.iter().filter(|p| self.valid(p)) {
+                let s = p.slot as usize;
+                let tf = f64::from(p.tf);
+                let norm = BM25_K1 * (1.0 - BM25_B + BM25_B * f64::from(self.len[s]) / norm_avg);
+                if lexical[s] == 0.0 {
+                    touched.push(s);
+                }
+                lexical[s] += idf * tf * (BM25_K1 + 1.0) / (tf + norm);
+            }
         }
-        let max_bm25 = lexical.iter().fold(0.0f64, |m, v| m.max(*v));
-        // Pass 2: approximate hybrid score of every live entry in scope; keep the best.
-        let query_q = q.vector.filter(|v| v.len() == self.dim).map(quantize);
-        let conversation = q.conversation_id.map(|c| self.conversations.get(c).copied());
-        let mut heap: BinaryHeap<Ranked<'_>> = BinaryHeap::new();
-        for (i, slot) in self.slots.iter().enumerate() {
-            let Some(s) = slot.as_ref().filter(|s| live(s)) else { continue };
-            match conversation {
-                Some(Some(c)) if c != s.conversation => continue,
-                Some(None) => continue,
-                _ => {}
+        let max_bm25 = touched.iter().fold(0.0f64, |m, s| m.max(lexical[*s]));
+        let query_q = q.vector.filter(|v| v.len() == self.dim && q.weights.vector > 0.0).map(quantize);
+        let conversation = match q.conversation_id {
+            Some(c) => match self.conversations.get(c) {
+                Some(id) => Some(*id),
+                None => return Candidates { ids: Vec::new(), stats, max_bm25 },
+            },
+            None => None,
+        };
+        // The final score of slot `s`, or None when it is out of scope, not a match, or
+        // cannot beat `worst` (the weakest kept candidate once the heap is full).
+        let score = |s: usize, worst: Option<f64>| -> Option<f64> {
+            if !self.occupied[s] || self.expires_at_ms[s] <= q.now_ms || conversation.is_some_and(|c| c != self.conversation[s]) {
+                return None;
             }
             let cosine = match &query_q {
-                Some((qv, qs)) if s.vec_version == s.version && q.weights.vector > 0.0 => {
-                    let v = &self.vectors[i * self.dim..(i + 1) * self.dim];
-                    f64::from(dot_i8(qv, v) as f32 * qs * s.vec_scale)
+                Some((qv, qs)) if self.vec_version[s] == self.version[s] => {
+                    let v = &self.vectors[s * self.dim..(s + 1) * self.dim];
+                    f64::from(dot_i8(qv, v) as f32 * qs * self.vec_scale[s])
                 }
                 _ => 0.0,
             };
-            let b = breakdown(q.weights, lexical.get(i).copied().unwrap_or(0.0), max_bm25, cosine, recency(s.updated_at_ms, q.now_ms));
-            if !is_match(q.weights, &b) {
-                continue;
+            let bm25 = lexical.get(s).copied().unwrap_or(0.0);
+            let lex = if max_bm25 > 0.0 { bm25 / max_bm25 } else { 0.0 };
+            let evidence = q.weights.lexical * lex + q.weights.vector * cosine.clamp(0.0, 1.0);
+            // Recency adds at most RECENCY_WEIGHT: skip the pow when it cannot matter.
+            if evidence <= 0.0 || worst.is_some_and(|w| evidence + RECENCY_WEIGHT < w) {
+                return None;
             }
-            heap.push(Ranked { score: b.final_score, id: &s.id });
-            if heap.len() > q.candidates {
-                heap.pop();
+            Some(breakdown(q.weights, bm25, max_bm25, cosine, recency(self.updated_at_ms[s], q.now_ms)).final_score)
+        };
+        let slots: Box<dyn Iterator<Item = usize> + '_> =
+            if query_q.is_some() { Box::new(0..self.ids.len()) } else { Box::new(touched.iter().copied()) };
+        let mut heap: BinaryHeap<Ranked<'_>> = BinaryHeap::new();
+        for s in slots {
+            let worst = if heap.len() >= q.candidates { heap.peek().map(|w| w.score) } else { None };
+            if let Some(final_score) = score(s, worst) {
+                heap.push(Ranked { score: final_score, id: &self.ids[s] });
+                if heap.len() > q.candidates {
+                    heap.pop();
+                }
             }
         }
         let mut best = heap.into_vec();

@@ -49,7 +49,7 @@ fn only_live_entries_in_scope_are_candidates() {
     assert_eq!(search(&index, "kafka", LEXICAL, None), ["b"]);
     put(&mut index, "n", 1, "c1", "kafka newcomer", true, None);
     assert_eq!(index.len(), 4);
-    assert_eq!(search(&index, "kafka", LEXICAL, None), ["b", "n"]);
+    assert_eq!(search(&index, "kafka", LEXICAL, None), ["n", "b"], "the shorter entry scores higher");
 }
 
 #[test]
@@ -95,4 +95,42 @@ fn statistics_are_exact_and_hybrid_uses_both_signals() {
     assert_eq!(search(&index, "alpha beta", HYBRID, None)[0], "a");
     let top2 = index.candidates(&Query { terms: &terms, vector: None, conversation_id: None, now_ms: 2_000, weights: LEXICAL, candidates: 2 });
     assert_eq!(top2.ids.len(), 2, "at most `candidates` are returned");
+}
+
+#[test]
+fn a_vector_read_before_its_entry_waits_for_it() {
+    let mut index = RecallIndex::new(DIM);
+    index.set_vector("late", 4, &hashing_embed("zebra crossing", DIM));
+    assert!(index.is_empty(), "a vector alone is not an entry");
+    put(&mut index, "late", 4, "c", "zebra crossing", true, None);
+    assert_eq!(search(&index, "zebra crossing", VECTOR, None), ["late"]);
+    // An entry that leaves takes its waiting vector with it.
+    index.set_vector("gone", 1, &hashing_embed("zebra stripes", DIM));
+    index.remove("gone");
+    put(&mut index, "gone", 1, "c", "zebra stripes", true, None);
+    assert_eq!(search(&index, "zebra stripes", VECTOR, None), ["late"], "the dropped vector did not come back");
+}
+
+#[test]
+fn churn_compacts_postings_without_changing_answers() {
+    let mut index = RecallIndex::new(DIM);
+    for round in 0..6u64 {
+        for i in 0..2_000 {
+            let text = if i % 2 == 0 { format!("common word{i} round{round}") } else { format!("other word{i}") };
+            put(&mut index, &format!("e{i:04}"), round + 1, "c", &text, true, None);
+        }
+    }
+    assert_eq!(index.len(), 2_000);
+    let found = index.candidates(&Query {
+        terms: &query_terms("round5"),
+        vector: None,
+        conversation_id: None,
+        now_ms: 2_000,
+        weights: LEXICAL,
+        candidates: 5_000,
+    });
+    assert_eq!(found.ids.len(), 1_000, "exactly the current versions match");
+    assert_eq!(found.stats.df["round5"], 1_000);
+    assert_eq!(found.stats.docs, 2_000);
+    assert!(search(&index, "round4", LEXICAL, None).is_empty(), "replaced versions' terms are gone");
 }

@@ -254,6 +254,9 @@ async fn wait(
         tokio::select! {
             () = changed => {}
             () = tokio::time::sleep(Duration::from_millis(100).min(deadline - now)) => {}
+            // Shutting down: answer now (the client polls again) rather than hold the
+            // HTTP server's graceful drain for up to the whole wait.
+            () = state.shutdown.cancelled() => break,
         }
     }
     Ok(operation_response(StatusCode::OK, &current))

@@ -40,10 +40,11 @@ pub fn routes() -> Router<AppState> {
     Router::new().route(CONTEXT_RECALL_PATH, post(recall)).route(VECTOR_REBUILD_PATH, post(rebuild))
 }
 
-/// Candidates scored exactly per returned item: enough that approximate-score ordering
-/// errors near the cut do not change the result.
+/// Candidates scored exactly: the index's approximate scores are within about 1% of the
+/// exact ones, so twice the limit (and a floor for small limits) covers any reordering
+/// near the cut.
 fn candidate_count(limit: usize) -> usize {
-    (limit * 4).max(64)
+    limit * 2 + 16
 }
 
 pub(crate) fn embed_error(e: EmbedError) -> AppError {

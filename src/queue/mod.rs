@@ -45,7 +45,6 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 pub const QUEUE_PUSHES: &str = "context_ops_queue_pushes_total";
 pub const QUEUE_DELIVERIES: &str = "context_ops_queue_deliveries_total";
 pub const QUEUE_WORKER_RESTARTS: &str = "context_ops_queue_worker_restarts_total";
-pub const QUEUE_DEPTH: &str = "context_ops_queue_depth";
 
 /// Payload of every queue message, serialized as `{"operationId": "..."}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,23 +171,6 @@ impl Queue {
             Backend::Sqlite(s) => s.depth(&queue).await,
         }
         .with_context(|| format!("cannot read the depth of queue {queue}"))
-    }
-
-    /// Set the `context_ops_queue_depth{kind,state}` gauges for every kind.
-    pub async fn record_depth_metrics(&self) -> anyhow::Result<()> {
-        for kind in ContextOperationKind::ALL {
-            let depth = self.depth(kind).await?;
-            for (state, value) in [
-                ("pending", depth.pending),
-                ("scheduled", depth.scheduled),
-                ("inflight", depth.inflight),
-                ("dead", depth.dead),
-            ] {
-                metrics::gauge!(QUEUE_DEPTH, "kind" => kind.as_str(), "state" => state)
-                    .set(value as f64);
-            }
-        }
-        Ok(())
     }
 
     /// Housekeeping for what apalis never deletes: finished messages (Redis `:done`/`:dead`

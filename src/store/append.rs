@@ -11,10 +11,11 @@
 //!
 //! The two statements whose best form differs by engine — "which of these ids exist" and
 //! the bulk insert — are [`MessageRows`] methods on each engine's connection: PostgreSQL
-//! binds whole columns as arrays (`= ANY($n)`, `UNNEST`), SQLite uses bounded
-//! multi-row statements.
+//! binds the ids as one array (`= ANY($n)`) and inserts with `COPY … FROM STDIN` inside
+//! the transaction; SQLite uses bounded multi-row statements.
 
 use std::collections::{BTreeMap, HashSet};
+use std::io::Write as _;
 
 use sqlx::AssertSqlSafe;
 
@@ -78,8 +79,14 @@ macro_rules! append_in_tx {
                         "conversation {conversation:?} is being deleted by operation {op}; retry after it finishes"
                     )));
                 }
-                let ids: Vec<&str> = group.iter().map(|r| r.id.as_str()).collect();
-                let existing = (&mut *conn).existing_message_ids(tenant, conversation, &ids).await?;
+                // A conversation that never had a message (sequences start at 1) has no
+                // ids to skip: a fresh one, as in an import into an empty store.
+                let existing = if next_sequence == 1 {
+                    std::collections::HashSet::new()
+                } else {
+                    let ids: Vec<&str> = group.iter().map(|r| r.id.as_str()).collect();
+                    (&mut *conn).existing_message_ids(tenant, conversation, &ids).await?
+                };
                 let fresh: Vec<&context_jobs::contract::ConversationRecord> =
                     group.iter().copied().filter(|r| !existing.contains(&r.id)).collect();
                 skipped += group.len() - fresh.len();
@@ -152,8 +159,9 @@ fn columns<'a>(r: &'a ConversationRecord, now: i64) -> Columns<'a> {
     }
 }
 
-const INSERT_COLUMNS: &str = "INSERT INTO messages (tenant, conversation_id, id, sequence, role, scope, content, \
-     search_text, name, tool_call_id, created_at_ms, metadata)";
+/// The stored columns of a message row, in the order both inserts write them.
+const COLUMN_LIST: &str =
+    "tenant, conversation_id, id, sequence, role, scope, content, search_text, name, tool_call_id, created_at_ms, metadata";
 
 impl MessageRows for sqlx::PgConnection {
     async fn existing_message_ids(&mut self, tenant: &str, conversation: &str, ids: &[&str]) -> Result<HashSet<String>, sqlx::Error> {
@@ -175,30 +183,48 @@ impl MessageRows for sqlx::PgConnection {
         now: i64,
         rows: &[&ConversationRecord],
     ) -> Result<(), sqlx::Error> {
-        // One statement whatever the row count: each column is one array parameter.
-        let cols: Vec<Columns<'_>> = rows.iter().map(|r| columns(r, now)).collect();
-        let sequences: Vec<i64> = (0..cols.len() as i64).map(|i| first_sequence + i).collect();
-        let sql = format!(
-            "{INSERT_COLUMNS} SELECT $1, $2, * FROM UNNEST($3::text[], $4::int8[], $5::text[], $6::text[], \
-             $7::text[], $8::text[], $9::text[], $10::text[], $11::int8[], $12::text[])"
-        );
-        sqlx::query(AssertSqlSafe(sql))
-            .bind(tenant)
-            .bind(conversation)
-            .bind(cols.iter().map(|c| c.id).collect::<Vec<_>>())
-            .bind(sequences)
-            .bind(cols.iter().map(|c| c.role).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.scope.as_str()).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.content.as_str()).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.search_text.as_str()).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.name).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.tool_call_id).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.created_at_ms).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.metadata.as_deref()).collect::<Vec<_>>())
-            .execute(&mut *self)
-            .await?;
+        // `COPY … FROM STDIN` inside the transaction: PostgreSQL's bulk path (batched heap
+        // inserts), one round trip whatever the row count.
+        let mut data = Vec::with_capacity(rows.len() * 256);
+        for (i, r) in rows.iter().enumerate() {
+            let c = columns(r, now);
+            for field in [Some(tenant), Some(conversation), Some(c.id)] {
+                copy_field(&mut data, field);
+            }
+            let _ = write!(data, "{}\t", first_sequence + i as i64);
+            for field in [Some(c.role), Some(&c.scope), Some(&c.content), Some(&c.search_text), c.name, c.tool_call_id] {
+                copy_field(&mut data, field);
+            }
+            let _ = write!(data, "{}\t", c.created_at_ms);
+            copy_field(&mut data, c.metadata.as_deref());
+            *data.last_mut().expect("a row was written") = b'\n';
+        }
+        let sql = format!("COPY messages ({COLUMN_LIST}) FROM STDIN");
+        let mut copy = self.copy_in_raw(&sql).await?;
+        copy.send(data).await?;
+        copy.finish().await?;
         Ok(())
     }
+}
+
+/// One field of a `COPY` text-format row, followed by a tab: `\N` for NULL, and the
+/// four characters the format treats specially escaped.
+fn copy_field(out: &mut Vec<u8>, value: Option<&str>) {
+    match value {
+        None => out.extend_from_slice(b"\\N"),
+        Some(text) => {
+            for &b in text.as_bytes() {
+                match b {
+                    b'\\' => out.extend_from_slice(b"\\\\"),
+                    b'\n' => out.extend_from_slice(b"\\n"),
+                    b'\r' => out.extend_from_slice(b"\\r"),
+                    b'\t' => out.extend_from_slice(b"\\t"),
+                    _ => out.push(b),
+                }
+            }
+        }
+    }
+    out.push(b'\t');
 }
 
 /// SQLite binds at most 32,766 parameters per statement: stay well below it.
@@ -232,7 +258,7 @@ impl MessageRows for sqlx::SqliteConnection {
     ) -> Result<(), sqlx::Error> {
         for (n, part) in rows.chunks(SQLITE_ROWS_PER_INSERT).enumerate() {
             let cols: Vec<Columns<'_>> = part.iter().map(|r| columns(r, now)).collect();
-            let sql = format!("{INSERT_COLUMNS} VALUES {}", row_placeholders(1, cols.len(), 12));
+            let sql = format!("INSERT INTO messages ({COLUMN_LIST}) VALUES {}", row_placeholders(1, cols.len(), 12));
             let first = first_sequence + (n * SQLITE_ROWS_PER_INSERT) as i64;
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for (i, c) in cols.iter().enumerate() {

@@ -137,29 +137,26 @@ pub struct Claimed {
 pub async fn claim(db: &Db, id: &str, lease_ms: i64) -> StoreResult<Option<Claimed>> {
     let now = now_ms();
     let token = ulid::Ulid::generate().to_string();
+    // One conditional UPDATE (the compare-and-set is its WHERE clause). SET expressions see
+    // the old row, so a takeover of an expired lease is recorded in `error_code` as
+    // `lease_expired` (visible while the operation runs again) and reported by RETURNING;
+    // a stale `lease_expired` from an earlier takeover is cleared by an ordinary claim.
+    let sql = format!(
+        "UPDATE operations SET state = 'running', \
+         phase = CASE WHEN phase IN ('queued', 'retrying') THEN 'starting' ELSE phase END, \
+         error_code = CASE WHEN state = 'running' THEN '{LEASE_EXPIRED}' \
+                           WHEN error_code = '{LEASE_EXPIRED}' THEN NULL ELSE error_code END, \
+         error = CASE WHEN state = 'running' THEN 'the previous worker stopped renewing its lease; resumed from the last checkpoint' \
+                      WHEN error_code = '{LEASE_EXPIRED}' THEN NULL ELSE error END, \
+         lease_token = $2, lease_expires_at_ms = $3, attempt = attempt + 1, version = version + 1, pushed_at_ms = NULL, \
+         started_at_ms = COALESCE(started_at_ms, $4), updated_at_ms = $4 \
+         WHERE id = $1 AND ((state = 'queued' AND not_before_ms <= $4 AND cancel_requested = 0) \
+                            OR (state = 'running' AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms < $4))) \
+         RETURNING {COLUMNS}"
+    );
     with_pool!(db, pool => {
-        let sql = format!("SELECT {COLUMNS} FROM operations WHERE id = $1");
-        let Some(row) = sqlx::query(AssertSqlSafe(sql)).bind(id).fetch_optional(pool).await? else {
-            return Ok(None);
-        };
-        let current = operation_from_row!(row);
-        let claimable = match current.state {
-            ContextOperationState::Queued => current.not_before_ms <= now && !current.cancel_requested,
-            ContextOperationState::Running => current.lease_expires_at_ms.is_none_or(|t| t < now),
-            _ => false,
-        };
-        if !claimable {
-            return Ok(None);
-        }
-        let sql = format!(
-            "UPDATE operations SET state = 'running', phase = CASE WHEN phase IN ('queued', 'retrying') THEN 'starting' ELSE phase END, \
-             lease_token = $3, lease_expires_at_ms = $4, attempt = attempt + 1, version = version + 1, pushed_at_ms = NULL, \
-             started_at_ms = COALESCE(started_at_ms, $5), updated_at_ms = $5 \
-             WHERE id = $1 AND version = $2 AND (state = 'queued' OR lease_expires_at_ms < $5) RETURNING {COLUMNS}"
-        );
         let Some(row) = sqlx::query(AssertSqlSafe(sql))
             .bind(id)
-            .bind(current.version)
             .bind(token.as_str())
             .bind(now + lease_ms)
             .bind(now)
@@ -171,9 +168,13 @@ pub async fn claim(db: &Db, id: &str, lease_ms: i64) -> StoreResult<Option<Claim
         let operation = operation_from_row!(row);
         let lease = Lease { operation_id: operation.id.clone(), tenant: operation.tenant.clone(), token, lease_ms };
         super::operations::changes().notify_waiters();
-        Ok(Some(Claimed { recovered: current.state == ContextOperationState::Running, operation, lease }))
+        let recovered = operation.error_code.as_deref() == Some(LEASE_EXPIRED);
+        Ok(Some(Claimed { recovered, operation, lease }))
     })
 }
+
+/// The `errorCode` of an operation running again after its worker's lease expired.
+pub const LEASE_EXPIRED: &str = "lease_expired";
 
 /// Extend the lease without other changes. `Ok(cancel_requested)` or `LostLease`.
 pub async fn heartbeat(db: &Db, lease: &Lease) -> Result<bool, FenceError> {

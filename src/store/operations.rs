@@ -140,7 +140,7 @@ pub async fn submit(
 ) -> StoreResult<Submitted> {
     let fingerprint = request.fingerprint();
     let request_json = serde_json::to_string(request).map_err(|e| StoreError::Other(e.into()))?;
-    let id = ulid::Ulid::generate().to_string();
+    let id = new_operation_id();
     let now = now_ms();
     with_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
@@ -203,6 +203,18 @@ pub async fn submit(
         tx.commit().await?;
         Ok(Submitted { operation, created: true })
     })
+}
+
+/// A new operation id: a ULID, strictly increasing within this process, so operations
+/// submitted in the same millisecond still list in submission order.
+fn new_operation_id() -> String {
+    static GENERATOR: std::sync::Mutex<ulid::Generator> = std::sync::Mutex::new(ulid::Generator::new());
+    let mut generator = GENERATOR.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    match generator.generate() {
+        Ok(id) => id.to_string(),
+        // 2^80 ids in one millisecond: fall back to a random one.
+        Err(_) => ulid::Ulid::generate().to_string(),
+    }
 }
 
 pub async fn get(db: &Db, tenant: &TenantKey, id: &str) -> StoreResult<Option<OperationRow>> {

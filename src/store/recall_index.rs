@@ -2,11 +2,11 @@
 //! by change sequence. Each recall first syncs its tenant's index (usually one indexed query
 //! that returns nothing), so a recall sees every entry write committed before it started.
 //!
-//! Sync reads entries with `change_seq` above the index's mark (joined with their current
-//! vector), then vectors with `written_seq` above its mark. Both sequences are taken under
-//! the tenant's heads row lock, so what a reader sees committed is always a prefix — a mark
-//! never skips a write. A vector whose entry arrives only in a later sync is picked up by
-//! that sync's join. Indexes are bounded in number (least recently used goes first) and
+//! Sync reads entries with `change_seq` above the index's mark, then vectors with
+//! `written_seq` above its mark — two range scans of their own indexes, whatever the
+//! planner's statistics. Both sequences are taken under the tenant's heads row lock, so what
+//! a reader sees committed is always a prefix: a mark never skips a write. A vector read
+//! before its entry waits in the index until the entry arrives. Indexes are bounded in number (least recently used goes first) and
 //! rebuilt from scratch after eviction or a restart.
 
 use std::collections::HashMap;
@@ -46,7 +46,7 @@ pub struct RecallIndexes {
     tenants: Mutex<(HashMap<String, Cached>, u64)>,
 }
 
-type EntrySyncRow = (String, i64, String, Option<i64>, String, i64, String, i64, Option<i64>, Option<Vec<u8>>);
+type EntrySyncRow = (String, i64, String, Option<i64>, String, i64, String, i64);
 
 impl RecallIndexes {
     pub fn new(model: &str, dim: usize) -> Self {
@@ -83,14 +83,11 @@ impl RecallIndexes {
         loop {
             let rows: Vec<EntrySyncRow> = with_pool!(db, pool => {
                 sqlx::query_as(
-                    "SELECT e.id, e.version, e.status, e.expires_at_ms, e.conversation_id, e.updated_at_ms, e.content, \
-                     e.change_seq, v.version, v.vector FROM context_entries e LEFT JOIN context_entry_vectors v \
-                     ON v.tenant = e.tenant AND v.entry_id = e.id AND v.model = $3 \
-                     WHERE e.tenant = $1 AND e.change_seq > $2 ORDER BY e.change_seq LIMIT $4",
+                    "SELECT id, version, status, expires_at_ms, conversation_id, updated_at_ms, content, change_seq \
+                     FROM context_entries WHERE tenant = $1 AND change_seq > $2 ORDER BY change_seq LIMIT $3",
                 )
                 .bind(tenant)
                 .bind(change_seq)
-                .bind(self.model.as_str())
                 .bind(SYNC_PAGE)
                 .fetch_all(pool)
                 .await?
@@ -108,21 +105,16 @@ impl RecallIndexes {
                 change_seq = last.0.7;
             }
             let mut d = data.write().unwrap_or_else(|p| p.into_inner());
-            for ((id, version, status, expires, conversation, updated, _, _, vversion, vector), text) in &prepared {
+            for ((id, version, status, expires, conversation, updated, _, _), text) in prepared {
                 d.index.upsert(IndexedEntry {
-                    id,
-                    version: *version as u64,
+                    id: &id,
+                    version: version as u64,
                     active: status == "active",
-                    expires_at_ms: *expires,
-                    conversation_id: conversation,
-                    updated_at_ms: *updated,
-                    terms: text.clone(),
+                    expires_at_ms: expires,
+                    conversation_id: &conversation,
+                    updated_at_ms: updated,
+                    terms: text,
                 });
-                if let (Some(vv), Some(blob)) = (vversion, vector)
-                    && let Some(v) = decode_vector(blob)
-                {
-                    d.index.set_vector(id, *vv as u64, &v);
-                }
             }
             d.change_seq = change_seq;
             if n < SYNC_PAGE {

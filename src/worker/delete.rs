@@ -49,30 +49,41 @@ pub async fn run(ctx: &JobCtx, conversation_id: &str) -> Result<Value, JobError>
     loop {
         let result = with_pool!(&ctx.db, pool => {
             let mut tx = pool.begin_write().await?;
-            // The next `batch` sequences after the checkpoint: one index range, bounded by
-            // the (batch+1)-th sequence (none: the rest of the conversation).
-            let upper: Option<i64> = sqlx::query_scalar(
-                "SELECT sequence FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence > $3 \
-                 ORDER BY sequence LIMIT 1 OFFSET $4",
+            // The next range of `batch` sequence numbers from the first remaining one: one
+            // index range, at most `batch` rows (fewer where retention left gaps).
+            let first: Option<i64> = sqlx::query_scalar(
+                "SELECT min(sequence) FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence > $3",
             )
             .bind(tenant)
             .bind(conversation_id)
             .bind(at.after_sequence)
-            .bind(batch)
+            .fetch_one(&mut *tx)
+            .await?;
+            let end = first.map(|f| f.saturating_add(batch - 1)).unwrap_or(i64::MAX - 1);
+            let deleted = match first {
+                None => 0,
+                Some(first) => sqlx::query(
+                    "DELETE FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence >= $3 AND sequence <= $4",
+                )
+                .bind(tenant)
+                .bind(conversation_id)
+                .bind(first)
+                .bind(end)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected() as i64,
+            };
+            let more: Option<i64> = sqlx::query_scalar(
+                "SELECT sequence FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence > $3 \
+                 ORDER BY sequence LIMIT 1",
+            )
+            .bind(tenant)
+            .bind(conversation_id)
+            .bind(end)
             .fetch_optional(&mut *tx)
             .await?;
-            let last = upper.is_none();
-            let deleted = sqlx::query(
-                "DELETE FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence > $3 AND sequence < $4",
-            )
-            .bind(tenant)
-            .bind(conversation_id)
-            .bind(at.after_sequence)
-            .bind(upper.unwrap_or(i64::MAX))
-            .execute(&mut *tx)
-            .await?
-            .rows_affected() as i64;
-            let next = Checkpoint { after_sequence: upper.map(|u| u - 1).unwrap_or(i64::MAX - 1) };
+            let last = more.is_none();
+            let next = Checkpoint { after_sequence: end };
             let progress = Progress {
                 phase: "deleting",
                 processed: processed + deleted,

@@ -2,35 +2,41 @@
 //! entries (id order), through the artifact encoder into fixed-size chunks stored in the
 //! database.
 //!
-//! Batches: pages of `batch_size` records are encoded; whenever at least
-//! [`COMMIT_CHUNKS`] full chunks are ready (and at the end) they are stored together with
-//! the checkpoint — read positions plus the encoder state, including the partial-chunk
-//! carry — in one transaction fenced by the lease. Memory is a page of records plus a few
-//! chunks, whatever the export's size.
+//! Three things overlap: a reader task fetches pages of `batch_size` records ahead; the
+//! job encodes them; and whenever [`COMMIT_CHUNKS`] full chunks are ready they commit on
+//! their own task — the chunks plus the checkpoint (read positions and the encoder state:
+//! bytes handed out, the partial-chunk carry, counts, section) in one transaction fenced by
+//! the lease — while encoding goes on. At most one commit is in flight, so they apply in
+//! order. The check runs after every record, so a commit follows a chunk boundary and its
+//! carry is less than one line. Memory is a few pages and a few chunks, whatever the size.
 //!
 //! Resuming after a crash: the hash state is not in the checkpoint (it has no stable
-//! serialized form); it is rebuilt by streaming the chunks already committed, once, then
-//! the carry is hashed on top. The header's time is the operation's `created_at_ms`, so a
-//! resumed run writes the same bytes and digest as an uninterrupted one, provided the
-//! tenant's data did not change meanwhile (an export is not a snapshot: rows written
-//! behind its read position during the run are not in it).
+//! serialized form); it is rebuilt by streaming the committed chunks once, then the carry
+//! is hashed on top. The header's time is the operation's `created_at_ms`, so a resumed run
+//! writes the same bytes and digest as an uninterrupted one, provided the tenant's data did
+//! not change meanwhile (an export is not a snapshot: rows written behind its read position
+//! during the run are not in it).
 
 use serde_json::{Value, json};
 
+use tokio::sync::mpsc;
+
 use super::{JobCtx, JobError};
 use crate::auth::TenantKey;
-use crate::db::BeginWrite as _;
+use crate::db::{BeginWrite as _, Db};
 use crate::store::artifacts::{self, discard_export};
-use crate::store::leases::{Progress, SET_ARTIFACT_REF_SQL};
+use crate::store::leases::{Lease, Progress, SET_ARTIFACT_REF_SQL};
 use crate::store::{entries, messages};
 use crate::{create_export_artifact, fenced_checkpoint, seal_export_artifact, store_export_chunks, with_pool};
 use context_jobs::artifact::{ArtifactDigest, EncodeError, Encoder, Finished, Header, Section, error_code as artifact_code};
+use context_jobs::contract::{ContextInsight, ConversationRecord};
 use context_jobs::kinds::export::{ExportCheckpoint, ExportJob};
 use context_jobs::operation::error_code;
 
-/// Full chunks accumulated before a commit: fewer transactions, and the carry stored in
-/// each checkpoint (at most one chunk) stays small next to what the batch wrote.
+/// Full chunks accumulated before a commit.
 const COMMIT_CHUNKS: usize = 4;
+/// Pages the reader may fetch ahead of the encoder.
+const PAGES_AHEAD: usize = 2;
 
 pub async fn run(ctx: &JobCtx, job: &ExportJob) -> Result<Value, JobError> {
     let checkpoint = match &ctx.operation.checkpoint {
@@ -97,85 +103,153 @@ async fn export(ctx: &JobCtx, job: &ExportJob, mut checkpoint: ExportCheckpoint)
         artifacts::digest_prefix(&ctx.db, tenant.as_str(), &checkpoint.artifact_id, emitted).await?
     };
     let mut encoder = Encoder::resume(chunk_bytes, checkpoint.encoder.clone(), prefix);
-    let batch = ctx.batch_size().max(1) as usize;
+    let mut pages = spawn_reader(ctx, job, &checkpoint);
     let mut processed = ctx.operation.processed;
     let mut total = ctx.operation.total;
     let mut committed = processed;
-    let (mut read_time, mut encode_time) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
-    loop {
-        let mut finished = None;
-        match encoder.state().section {
-            Section::Messages => {
-                let after = checkpoint.after_message.as_ref().map(|(c, s)| (c.as_str(), *s));
-                let t = std::time::Instant::now();
-                let page = messages::export_page(&ctx.db, &tenant, after, batch).await?;
-                read_time += t.elapsed();
-                let t = std::time::Instant::now();
-                for record in &page {
-                    encoder.message(record).map_err(encode_failed)?;
+    let mut inflight: Option<Commit> = None;
+    while let Some(page) = pages.recv().await {
+        for item in page? {
+            match item {
+                Item::Message(record) => {
+                    encoder.message(&record).map_err(encode_failed)?;
+                    checkpoint.after_message = Some((record.scope.conversation_id, record.sequence));
                 }
-                if let Some(last) = page.last() {
-                    checkpoint.after_message = Some((last.scope.conversation_id.clone(), last.sequence));
-                }
-                processed += page.len() as i64;
-                encode_time += t.elapsed();
-                if page.len() < batch {
-                    encoder.end_messages();
+                Item::Entry(entry) => {
+                    encoder.entry(&entry).map_err(encode_failed)?;
+                    checkpoint.after_entry = Some(entry.id);
                 }
             }
-            Section::Entries => {
-                let after = checkpoint.after_entry.as_deref();
-                let page = entries::export_page(&ctx.db, &tenant, job.include_expired, after, batch).await?;
-                for entry in &page {
-                    encoder.entry(entry).map_err(encode_failed)?;
+            processed += 1;
+            // Checked after every record, so a commit lands just after a chunk boundary
+            // and the carry in its checkpoint is less than one line.
+            if encoder.ready_bytes() >= COMMIT_CHUNKS * chunk_bytes {
+                if let Some(previous) = inflight.take() {
+                    ctx.boundary(previous.join().await?)?;
                 }
-                if let Some(last) = page.last() {
-                    checkpoint.after_entry = Some(last.id.clone());
-                }
-                processed += page.len() as i64;
-                if page.len() < batch {
-                    finished = Some(encoder.finish().map_err(encode_failed)?);
-                }
+                total = total.max(processed);
+                inflight = Some(Commit::spawn(ctx, &mut encoder, &mut checkpoint, None, (processed, total), &mut committed));
             }
-            Section::Done => return finished_result(ctx, &checkpoint.artifact_id).await,
         }
-        total = total.max(processed);
-        if finished.is_none() && encoder.ready_bytes() < COMMIT_CHUNKS * chunk_bytes {
-            continue;
+    }
+    let finished = encoder.finish().map_err(encode_failed)?;
+    if let Some(previous) = inflight.take() {
+        ctx.boundary(previous.join().await?)?;
+    }
+    total = total.max(processed);
+    Commit::spawn(ctx, &mut encoder, &mut checkpoint, Some(finished.clone()), (processed, total), &mut committed)
+        .join()
+        .await?;
+    Ok(result(&checkpoint.artifact_id, &finished))
+}
+
+enum Item {
+    Message(ConversationRecord),
+    Entry(ContextInsight),
+}
+
+/// Read pages ahead of the encoder (messages, then entries) on their own task, so the
+/// database reads overlap encoding and commits. At most [`PAGES_AHEAD`] pages wait.
+fn spawn_reader(ctx: &JobCtx, job: &ExportJob, checkpoint: &ExportCheckpoint) -> mpsc::Receiver<Result<Vec<Item>, JobError>> {
+    let (tx, rx) = mpsc::channel(PAGES_AHEAD);
+    let db = ctx.db.clone();
+    let tenant = TenantKey::from_stored(ctx.operation.tenant.clone());
+    let include_expired = job.include_expired;
+    let batch = ctx.batch_size().max(1) as usize;
+    let mut after_message = checkpoint.after_message.clone();
+    let mut after_entry = checkpoint.after_entry.clone();
+    let mut section = checkpoint.encoder.section;
+    tokio::spawn(async move {
+        while section != Section::Done {
+            let page: Result<Vec<Item>, JobError> = match section {
+                Section::Messages => {
+                    let after = after_message.as_ref().map(|(c, s)| (c.as_str(), *s));
+                    messages::export_page(&db, &tenant, after, batch).await.map_err(JobError::from).map(|page| {
+                        if let Some(last) = page.last() {
+                            after_message = Some((last.scope.conversation_id.clone(), last.sequence));
+                        }
+                        page.into_iter().map(Item::Message).collect()
+                    })
+                }
+                _ => entries::export_page(&db, &tenant, include_expired, after_entry.as_deref(), batch)
+                    .await
+                    .map_err(JobError::from)
+                    .map(|page| {
+                        if let Some(last) = page.last() {
+                            after_entry = Some(last.id.clone());
+                        }
+                        page.into_iter().map(Item::Entry).collect()
+                    }),
+            };
+            let short = page.as_ref().map_or(true, |p| p.len() < batch);
+            let failed = page.is_err();
+            if tx.send(page).await.is_err() || failed {
+                return; // the job stopped listening, or there is nothing more to read
+            }
+            if short {
+                section = if section == Section::Messages { Section::Entries } else { Section::Done };
+            }
         }
+    });
+    rx
+}
+
+/// A commit running on its own task while the next batch is encoded; joined before the
+/// next one starts, so commits apply in order and at most one is in flight.
+struct Commit(tokio::task::JoinHandle<Result<bool, JobError>>);
+
+impl Commit {
+    /// Take the ready chunks and the checkpoint they complete, and commit them.
+    fn spawn(
+        ctx: &JobCtx,
+        encoder: &mut Encoder,
+        checkpoint: &mut ExportCheckpoint,
+        finished: Option<Finished>,
+        (processed, total): (i64, i64),
+        committed: &mut i64,
+    ) -> Commit {
         let chunks = encoder.take_ready();
         checkpoint.encoder = encoder.state().clone();
         let phase = if finished.is_some() { "sealing" } else { "exporting" };
-        let progress = Progress { phase, processed, total, checkpoint: Some(encode_checkpoint(&checkpoint)) };
-        let t = std::time::Instant::now();
-        let cancel = commit(ctx, &checkpoint.artifact_id, &chunks, finished.as_ref(), &progress).await?;
-        let commit_time = t.elapsed();
-        let bytes: usize = chunks.iter().map(|(_, c)| c.len()).sum();
-        metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "export").increment((processed - committed).max(0) as u64);
-        committed = processed;
-        tracing::debug!(
-            operation = %ctx.operation.id, processed, bytes, read_ms = read_time.as_millis() as u64,
-            encode_ms = encode_time.as_millis() as u64, commit_ms = commit_time.as_millis() as u64,
-            "export batch committed"
-        );
-        (read_time, encode_time) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
-        if let Some(f) = finished {
-            return Ok(result(&checkpoint.artifact_id, &f));
-        }
-        ctx.boundary(cancel)?;
+        let progress = Progress { phase, processed, total, checkpoint: Some(encode_checkpoint(checkpoint)) };
+        let (db, lease, artifact_id) = (ctx.db.clone(), ctx.lease.clone(), checkpoint.artifact_id.clone());
+        let records = (processed - std::mem::replace(committed, processed)).max(0) as u64;
+        Commit(tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let cancel = commit(&db, &lease, &artifact_id, &chunks, finished.as_ref(), &progress).await?;
+            metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "export").increment(records);
+            let bytes: usize = chunks.iter().map(|(_, c)| c.len()).sum();
+            let commit_ms = started.elapsed().as_millis() as u64;
+            tracing::debug!(operation = %lease.operation_id, processed, bytes, commit_ms, "export batch committed");
+            Ok(cancel)
+        }))
+    }
+
+    /// Wait for the commit; `Ok(cancel requested)`.
+    async fn join(mut self) -> Result<bool, JobError> {
+        (&mut self.0).await.map_err(|e| JobError::Transient(anyhow::anyhow!("an export commit task failed: {e}")))?
+    }
+}
+
+/// A job that stops early (an error) does not leave its commit running: aborting drops
+/// the transaction, which rolls back.
+impl Drop for Commit {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
 /// One fenced transaction: the chunks, the seal when `finished`, and the checkpoint.
 async fn commit(
-    ctx: &JobCtx,
+    db: &Db,
+    lease: &Lease,
     artifact_id: &str,
     chunks: &[(u64, Vec<u8>)],
     finished: Option<&Finished>,
     progress: &Progress,
 ) -> Result<bool, JobError> {
     let gone = || JobError::permanent(artifact_code::NOT_FOUND, format!("artifact {artifact_id} was deleted during the export"));
-    Ok(with_pool!(&ctx.db, pool => {
+    let cancel = with_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
         if !store_export_chunks!(&mut *tx, artifact_id, chunks)? {
             return Err(gone());
@@ -185,11 +259,12 @@ async fn commit(
         {
             return Err(gone());
         }
-        let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, progress).map_err(JobError::from)?;
+        let cancel = fenced_checkpoint!(&mut *tx, lease, progress)?;
         tx.commit().await?;
-        // A finished export ignores a late cancel: its artifact is complete.
-        cancel && finished.is_none()
-    }))
+        cancel
+    });
+    // A finished export ignores a late cancel: its artifact is complete.
+    Ok(cancel && finished.is_none())
 }
 
 /// The result of an export whose last batch already committed (a resumed run).

@@ -7,6 +7,8 @@
 //! checkpointed line boundary and writes batches of `batch_size` records; each batch's
 //! inserts and its checkpoint (byte offset, line number, counts) commit in one
 //! transaction fenced by the lease, so a crash resumes after the last committed batch.
+//! Fetching, decoding and writing run on separate tasks connected by small bounded
+//! channels, so memory stays at a few chunks and batches whatever the artifact's size.
 //!
 //! Records keep their ids. Messages go through the one sequence-assignment path
 //! ([`crate::append_in_tx!`]): an id already in its conversation is skipped, the rest get
@@ -15,11 +17,13 @@
 
 use serde_json::{Value, json};
 
+use tokio::sync::mpsc;
+
 use super::{JobCtx, JobError};
-use crate::db::BeginWrite as _;
+use crate::db::{BeginWrite as _, Db};
 use crate::store::StoreError;
 use crate::store::artifacts::{self, ArtifactRow, ChunkReader};
-use crate::store::leases::Progress;
+use crate::store::leases::{Lease, Progress};
 use crate::{append_in_tx, fenced_checkpoint, import_entries, with_pool};
 use context_jobs::artifact::{DecodeError, Decoded, Decoder, Record, error_code as artifact_code};
 use context_jobs::contract::{ContextInsight, ConversationRecord};
@@ -48,7 +52,7 @@ async fn inline(ctx: &JobCtx, messages: &[ConversationRecord], entries: &[Contex
     let n = (messages.len() + entries.len()) as u64;
     let mut checkpoint =
         ImportCheckpoint { messages_read: messages.len() as u64, entries_read: entries.len() as u64, done: true, ..Default::default() };
-    write_batch(ctx, messages, entries, &mut checkpoint, n).await?;
+    write_batch(&ctx.db, &ctx.lease, &ctx.operation.tenant, messages, entries, &mut checkpoint, n).await?;
     Ok(result(&checkpoint))
 }
 
@@ -87,11 +91,11 @@ async fn validate(ctx: &JobCtx, artifact: &ArtifactRow) -> Result<u64, JobError>
         cancel
     });
     ctx.boundary(cancel)?;
-    let mut reader = ChunkReader::new(&ctx.db, &artifact.tenant, &artifact.id, 0);
+    let mut pieces = spawn_fetcher(&ctx.db, artifact, 0);
     let mut decoder = Decoder::new();
     let mut scratch = Vec::new();
-    while let Some(piece) = reader.next_piece().await? {
-        decoder.feed(&piece, &mut scratch).map_err(malformed)?;
+    while let Some(piece) = pieces.recv().await {
+        decoder.feed(&piece?, &mut scratch).map_err(malformed)?;
         scratch.clear();
         if ctx.shutdown.is_cancelled() {
             return Err(JobError::ShuttingDown);
@@ -102,61 +106,160 @@ async fn validate(ctx: &JobCtx, artifact: &ArtifactRow) -> Result<u64, JobError>
     Ok(summary.messages + summary.entries)
 }
 
+/// Three stages overlap: a task fetches chunks, a task decodes them into batches, and
+/// the job writes one batch while the next is prepared (at most one write in flight, so
+/// they commit in order).
 async fn import(ctx: &JobCtx, artifact: &ArtifactRow, mut checkpoint: ImportCheckpoint, total: u64) -> Result<Value, JobError> {
+    let mut batches = spawn_decoder(ctx, artifact, &checkpoint);
+    let mut inflight: Option<Write> = None;
+    while let Some(batch) = batches.recv().await {
+        let batch = batch?;
+        if let Some(previous) = inflight.take() {
+            let cancel;
+            (checkpoint, cancel) = previous.join().await?;
+            ctx.boundary(cancel)?;
+        }
+        let mut next = checkpoint.clone();
+        if let Some((offset, line)) = batch.end {
+            (next.offset, next.line) = (offset, line);
+        }
+        next.messages_read += batch.messages.len() as u64;
+        next.entries_read += batch.entries.len() as u64;
+        next.done = batch.last;
+        inflight = Some(Write::spawn(ctx, batch.messages, batch.entries, next, total));
+    }
+    let Some(last) = inflight else {
+        return Err(JobError::Transient(anyhow::anyhow!("the artifact decoder stopped early")));
+    };
+    let (checkpoint, _) = last.join().await?;
+    if !checkpoint.done {
+        return Err(JobError::Transient(anyhow::anyhow!("the artifact decoder stopped before the end")));
+    }
+    Ok(result(&checkpoint))
+}
+
+/// One batch of decoded records and where it ends.
+struct Batch {
+    messages: Vec<ConversationRecord>,
+    entries: Vec<ContextInsight>,
+    /// `(offset, line)` just past the batch's last record; `None` for an empty batch.
+    end: Option<(u64, u64)>,
+    /// Nothing follows: the decoder reached a valid end.
+    last: bool,
+}
+
+/// Decode from the checkpoint's line boundary into batches of `batch_size` records; the
+/// final batch (possibly empty) says it is the last.
+fn spawn_decoder(ctx: &JobCtx, artifact: &ArtifactRow, checkpoint: &ImportCheckpoint) -> mpsc::Receiver<Result<Batch, JobError>> {
+    let (tx, rx) = mpsc::channel(1);
     let batch = ctx.batch_size().max(1) as usize;
-    let mut reader = ChunkReader::new(&ctx.db, &artifact.tenant, &artifact.id, checkpoint.offset);
+    let mut pieces = spawn_fetcher(&ctx.db, artifact, checkpoint.offset);
     let mut decoder = Some(if checkpoint.offset == 0 {
         Decoder::new()
     } else {
         Decoder::resume(checkpoint.offset, checkpoint.line, checkpoint.messages_read, checkpoint.entries_read)
     });
-    let mut pending: Vec<Decoded> = Vec::new();
-    loop {
-        while pending.len() < batch
-            && let Some(d) = decoder.as_mut()
-        {
-            match reader.next_piece().await? {
-                Some(piece) => d.feed(&piece, &mut pending).map_err(malformed)?,
-                None => {
-                    decoder.take().map(Decoder::finish).transpose().map_err(malformed)?;
+    tokio::spawn(async move {
+        let mut pending: Vec<Decoded> = Vec::new();
+        loop {
+            while pending.len() < batch
+                && let Some(d) = decoder.as_mut()
+            {
+                let fed = match pieces.recv().await {
+                    Some(Ok(piece)) => d.feed(&piece, &mut pending).map_err(malformed),
+                    Some(Err(e)) => Err(e),
+                    None => decoder.take().map(Decoder::finish).transpose().map(|_| ()).map_err(malformed),
+                };
+                if let Err(e) = fed {
+                    let _ = tx.send(Err(e)).await;
+                    return;
                 }
             }
-        }
-        let take: Vec<Decoded> = pending.drain(..pending.len().min(batch)).collect();
-        let mut messages = Vec::new();
-        let mut entries = Vec::new();
-        if let Some(last) = take.last() {
-            checkpoint.offset = last.end_offset;
-            checkpoint.line = last.line;
-        }
-        for d in take {
-            match d.record {
-                Record::Message(m) => messages.push(m),
-                Record::Entry(e) => entries.push(e),
+            let mut next = Batch { messages: Vec::new(), entries: Vec::new(), end: None, last: false };
+            for d in pending.drain(..pending.len().min(batch)) {
+                next.end = Some((d.end_offset, d.line));
+                match d.record {
+                    Record::Message(m) => next.messages.push(m),
+                    Record::Entry(e) => next.entries.push(e),
+                }
+            }
+            next.last = decoder.is_none() && pending.is_empty();
+            let last = next.last;
+            if tx.send(Ok(next)).await.is_err() || last {
+                return;
             }
         }
-        checkpoint.messages_read += messages.len() as u64;
-        checkpoint.entries_read += entries.len() as u64;
-        checkpoint.done = decoder.is_none() && pending.is_empty();
-        let cancel = write_batch(ctx, &messages, &entries, &mut checkpoint, total).await?;
-        if checkpoint.done {
-            return Ok(result(&checkpoint));
+    });
+    rx
+}
+
+/// Fetch the artifact's chunks from `offset` ahead of their consumer.
+fn spawn_fetcher(db: &Db, artifact: &ArtifactRow, offset: u64) -> mpsc::Receiver<Result<Vec<u8>, JobError>> {
+    let (tx, rx) = mpsc::channel(2);
+    let mut reader = ChunkReader::new(db, &artifact.tenant, &artifact.id, offset);
+    tokio::spawn(async move {
+        loop {
+            let piece = match reader.next_piece().await {
+                Ok(Some(piece)) => Ok(piece),
+                Ok(None) => return,
+                Err(e) => Err(JobError::from(e)),
+            };
+            let failed = piece.is_err();
+            if tx.send(piece).await.is_err() || failed {
+                return;
+            }
         }
-        ctx.boundary(cancel)?;
+    });
+    rx
+}
+
+/// A batch's write on its own task; joined before the next one starts.
+struct Write(tokio::task::JoinHandle<Result<(ImportCheckpoint, bool), JobError>>);
+
+impl Write {
+    fn spawn(
+        ctx: &JobCtx,
+        messages: Vec<ConversationRecord>,
+        entries: Vec<ContextInsight>,
+        checkpoint: ImportCheckpoint,
+        total: u64,
+    ) -> Write {
+        let (db, lease, tenant) = (ctx.db.clone(), ctx.lease.clone(), ctx.operation.tenant.clone());
+        Write(tokio::spawn(async move {
+            let mut checkpoint = checkpoint;
+            let started = std::time::Instant::now();
+            let cancel = write_batch(&db, &lease, &tenant, &messages, &entries, &mut checkpoint, total).await?;
+            let write_ms = started.elapsed().as_millis() as u64;
+            tracing::debug!(operation = %lease.operation_id, line = checkpoint.line, write_ms, "import batch committed");
+            Ok((checkpoint, cancel))
+        }))
+    }
+
+    /// Wait for the write: the checkpoint it committed and whether cancel was requested.
+    async fn join(mut self) -> Result<(ImportCheckpoint, bool), JobError> {
+        (&mut self.0).await.map_err(|e| JobError::Transient(anyhow::anyhow!("an import write task failed: {e}")))?
+    }
+}
+
+/// A job that stops early does not leave its write running (the transaction rolls back).
+impl Drop for Write {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
 /// One fenced transaction: the messages, the entries and the checkpoint (counts updated).
 async fn write_batch(
-    ctx: &JobCtx,
+    db: &Db,
+    lease: &Lease,
+    tenant: &str,
     messages: &[ConversationRecord],
     entries: &[ContextInsight],
     checkpoint: &mut ImportCheckpoint,
     total: u64,
 ) -> Result<bool, JobError> {
-    let tenant = ctx.operation.tenant.as_str();
     let mut next = checkpoint.clone();
-    let cancel = with_pool!(&ctx.db, pool => {
+    let cancel = with_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
         let appended = append_in_tx!(&mut *tx, tenant, messages).map_err(append_failed)?;
         let (inserted, skipped) = import_entries!(&mut *tx, tenant, entries)?;
@@ -165,7 +268,7 @@ async fn write_batch(
         next.entries.inserted += inserted;
         next.entries.skipped += skipped;
         let phase = if next.done { "done" } else { "importing" };
-        let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress(phase, &next, total))?;
+        let cancel = fenced_checkpoint!(&mut *tx, lease, &progress(phase, &next, total))?;
         tx.commit().await?;
         cancel
     });

@@ -1,7 +1,10 @@
 //! The `rebuild_vector` job: re-embed the tenant's active entries (`force`) or only the
 //! stale ones, in id order, one fenced transaction per batch holding the batch's vectors,
 //! the keyset checkpoint (the last id done) and the progress. A crash resumes after the
-//! last committed id: nothing is embedded twice by one run, nothing is skipped.
+//! last committed id: nothing is embedded twice by one run, nothing is skipped. The next
+//! batch is read and embedded while the current one is written.
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -10,7 +13,7 @@ use super::{JobCtx, JobError};
 use crate::db::BeginWrite as _;
 use crate::embedder::{EmbedError, Embedder};
 use crate::store::leases::Progress;
-use crate::store::vectors::{VECTOR_CHUNK, rebuild_page, rebuild_total};
+use crate::store::vectors::{ToEmbed, VECTOR_CHUNK, rebuild_page, rebuild_total};
 use crate::{fenced_checkpoint, with_pool, write_vectors};
 use context_jobs::kinds::rebuild_vector::RebuildVectorJob;
 use context_jobs::operation::error_code;
@@ -35,6 +38,34 @@ async fn refresh_statistics(db: &crate::db::Db) {
     {
         tracing::debug!(error = %e, "could not refresh context_entries statistics");
     }
+}
+
+/// The batch being read ahead; dropping it (any way the job ends) stops it.
+struct Prefetch(tokio::task::JoinHandle<Result<(Vec<ToEmbed>, Vec<Vec<f32>>), JobError>>);
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One batch: the next page after `after` and its vectors.
+async fn read_and_embed(
+    db: &crate::db::Db,
+    embedder: &Embedder,
+    tenant: &str,
+    force: bool,
+    after: &str,
+    batch: i64,
+) -> Result<(Vec<ToEmbed>, Vec<Vec<f32>>), JobError> {
+    let page = rebuild_page(db, tenant, force, after, batch).await?;
+    let texts = super::projector::texts(&page);
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let vectors = embedder.embed(&refs).await.map_err(|e| match e {
+        EmbedError::Transient(m) => JobError::Transient(anyhow::anyhow!(m)),
+        EmbedError::Permanent(m) => JobError::permanent(error_code::EMBEDDING_FAILED, m),
+    })?;
+    Ok((page, vectors))
 }
 
 pub async fn run(ctx: &JobCtx, job: &RebuildVectorJob) -> Result<Value, JobError> {
@@ -63,20 +94,22 @@ pub async fn run(ctx: &JobCtx, job: &RebuildVectorJob) -> Result<Value, JobError
     };
     let batch = ctx.batch_size();
     let model = embedder.model().to_string();
+    let embedder = Arc::new(embedder);
+    let fetch = |after: String| {
+        let (db, embedder, tenant, force) = (ctx.db.clone(), embedder.clone(), tenant.to_string(), job.force);
+        // A task of its own, so the next batch is read and embedded while this one writes.
+        Prefetch(tokio::spawn(async move { read_and_embed(&db, &embedder, &tenant, force, &after, batch).await }))
+    };
+    let mut next_batch = fetch(at.after.clone());
     loop {
-        let page = rebuild_page(&ctx.db, tenant, job.force, &at.after, batch).await?;
+        let (page, vectors) = (&mut next_batch.0).await.map_err(|e| JobError::Transient(anyhow::anyhow!("batch task failed: {e}")))??;
         let last_page = (page.len() as i64) < batch;
-        let texts = super::projector::texts(&page);
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let vectors = embedder.embed(&refs).await.map_err(|e| match e {
-            EmbedError::Transient(m) => JobError::Transient(anyhow::anyhow!(m)),
-            EmbedError::Permanent(m) => JobError::permanent(error_code::EMBEDDING_FAILED, m),
-        })?;
-        let items: Vec<_> = page.iter().zip(vectors).collect();
         let next = Checkpoint {
             after: page.last().map(|e| e.id.clone()).unwrap_or_else(|| at.after.clone()),
             written: at.written,
         };
+        next_batch = fetch(next.after.clone());
+        let items: Vec<_> = page.iter().zip(vectors).collect();
         let done = processed + page.len() as i64;
         let (written, cancel) = with_pool!(&ctx.db, pool => {
             let mut tx = pool.begin_write().await?;

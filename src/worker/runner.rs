@@ -105,7 +105,8 @@ impl Runner {
                 leases::finish(&self.db, &lease, Finish::Failed { code, message }).await.map(|_| "failed")
             }
             Err(JobError::Transient(e)) => {
-                let message = format!("{e:#}");
+                // The top error only: sqlx repeats its message in the source chain.
+                let message = e.to_string();
                 if should_retry(attempt, self.config.max_attempts) {
                     let delay = retry_backoff_ms(attempt, 1000, 60_000, fastrand::f64()) as i64;
                     metrics::counter!(m::RETRIES, "kind" => op.kind.as_str()).increment(1);

@@ -148,3 +148,21 @@ async fn cancel_during_the_call_aborts_the_request() {
     assert_eq!(fake.received().len(), 1, "no retry after a cancel");
     app.stop().await;
 }
+
+/// A call longer than the lease keeps the lease (the runner's heartbeat and the cancel
+/// poll renew it): no other worker takes the operation over and calls again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_longer_than_the_lease_keeps_the_lease() {
+    let slow = Step::ok(completed_text("worth the wait")).after(Duration::from_millis(5_000));
+    let fake = FakeProvider::start(vec![slow]).await;
+    let app = app_on(Backend::Sqlite, &fake, |c| c.lease_secs = 2).await;
+    let op = run_turn(&app, &turn("slow one")).await;
+    assert_eq!(op["state"], "succeeded", "{op}");
+    assert_eq!(op["result"]["providerAttempts"], 1);
+    assert_eq!(
+        fake.received().len(),
+        1,
+        "the operation was never taken over"
+    );
+    app.stop().await;
+}
