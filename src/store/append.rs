@@ -79,21 +79,32 @@ macro_rules! append_in_tx {
                         "conversation {conversation:?} is being deleted by operation {op}; retry after it finishes"
                     )));
                 }
-                // A conversation that never had a message (sequences start at 1) has no
-                // ids to skip: a fresh one, as in an import into an empty store.
-                let existing = if next_sequence == 1 {
-                    std::collections::HashSet::new()
+                // Common case first: every id is new. Where the engine can insert all rows
+                // and learn of a duplicate from the unique index itself, it does so (see
+                // `insert_if_all_new`); a conversation that never had a message (sequences
+                // start at 1) has nothing to skip; otherwise check which ids exist.
+                let all_new = next_sequence > 1
+                    && (&mut *conn).insert_if_all_new(tenant, conversation, next_sequence, now, group).await?;
+                let fresh: Vec<&context_jobs::contract::ConversationRecord> = if all_new {
+                    group.clone()
                 } else {
-                    let ids: Vec<&str> = group.iter().map(|r| r.id.as_str()).collect();
-                    (&mut *conn).existing_message_ids(tenant, conversation, &ids).await?
+                    let existing = if next_sequence == 1 {
+                        std::collections::HashSet::new()
+                    } else {
+                        let ids: Vec<&str> = group.iter().map(|r| r.id.as_str()).collect();
+                        (&mut *conn).existing_message_ids(tenant, conversation, &ids).await?
+                    };
+                    let fresh: Vec<&context_jobs::contract::ConversationRecord> =
+                        group.iter().copied().filter(|r| !existing.contains(&r.id)).collect();
+                    if !fresh.is_empty() {
+                        (&mut *conn).insert_messages(tenant, conversation, next_sequence, now, &fresh).await?;
+                    }
+                    fresh
                 };
-                let fresh: Vec<&context_jobs::contract::ConversationRecord> =
-                    group.iter().copied().filter(|r| !existing.contains(&r.id)).collect();
                 skipped += group.len() - fresh.len();
                 if fresh.is_empty() {
                     continue;
                 }
-                (&mut *conn).insert_messages(tenant, conversation, next_sequence, now, &fresh).await?;
                 sqlx::query($crate::store::append::ADVANCE_CONVERSATION_SQL)
                     .bind(tenant)
                     .bind(*conversation)
@@ -120,6 +131,17 @@ pub trait MessageRows {
         conversation: &str,
         ids: &[&str],
     ) -> impl Future<Output = Result<HashSet<String>, sqlx::Error>> + Send;
+
+    /// Insert all `rows` (sequences from `first_sequence`) if none of their ids exists yet,
+    /// returning `true`; `false` (nothing written) sends the caller to the checked path.
+    fn insert_if_all_new(
+        &mut self,
+        tenant: &str,
+        conversation: &str,
+        first_sequence: i64,
+        now: i64,
+        rows: &[&ConversationRecord],
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
     /// Insert `rows` with sequences `first_sequence, first_sequence + 1, …` in order.
     fn insert_messages(
@@ -164,6 +186,29 @@ const COLUMN_LIST: &str =
     "tenant, conversation_id, id, sequence, role, scope, content, search_text, name, tool_call_id, created_at_ms, metadata";
 
 impl MessageRows for sqlx::PgConnection {
+    /// Optimistic bulk insert under a savepoint: the primary key itself detects a duplicate
+    /// (23505), and the savepoint undoes the attempt. This avoids the "which ids exist"
+    /// query, whose plan PostgreSQL gets badly wrong on a table without statistics (it
+    /// scans the whole conversation by the sequence index for every batch).
+    async fn insert_if_all_new(
+        &mut self,
+        tenant: &str,
+        conversation: &str,
+        first_sequence: i64,
+        now: i64,
+        rows: &[&ConversationRecord],
+    ) -> Result<bool, sqlx::Error> {
+        sqlx::query("SAVEPOINT append_all_new").execute(&mut *self).await?;
+        match self.insert_messages(tenant, conversation, first_sequence, now, rows).await {
+            Ok(()) => Ok(true),
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
+                sqlx::query("ROLLBACK TO SAVEPOINT append_all_new").execute(&mut *self).await?;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     async fn existing_message_ids(&mut self, tenant: &str, conversation: &str, ids: &[&str]) -> Result<HashSet<String>, sqlx::Error> {
         let found: Vec<String> =
             sqlx::query_scalar("SELECT id FROM messages WHERE tenant = $1 AND conversation_id = $2 AND id = ANY($3)")
@@ -232,6 +277,18 @@ const SQLITE_IDS_PER_QUERY: usize = 500;
 const SQLITE_ROWS_PER_INSERT: usize = 500;
 
 impl MessageRows for sqlx::SqliteConnection {
+    /// SQLite plans the id check on the primary key; the checked path is as cheap.
+    async fn insert_if_all_new(
+        &mut self,
+        _tenant: &str,
+        _conversation: &str,
+        _first_sequence: i64,
+        _now: i64,
+        _rows: &[&ConversationRecord],
+    ) -> Result<bool, sqlx::Error> {
+        Ok(false)
+    }
+
     async fn existing_message_ids(&mut self, tenant: &str, conversation: &str, ids: &[&str]) -> Result<HashSet<String>, sqlx::Error> {
         let mut found = HashSet::new();
         for part in ids.chunks(SQLITE_IDS_PER_QUERY) {
