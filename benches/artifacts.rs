@@ -21,8 +21,12 @@
 //! Absolute figures depend on the machine; the ratios are what the run reports.
 //!
 //! Environment: `BENCH_MESSAGES`, `BENCH_POSTGRES_URL` (server URL without a database,
-//! default `TEST_POSTGRES_URL` or `postgres://postgres@127.0.0.1:5432`), `BENCH_REDIS_URL`
-//! (default `TEST_REDIS_URL` or `redis://127.0.0.1:6379`).
+//! default `TEST_POSTGRES_URL` or `postgres://postgres@127.0.0.1:5432`),
+//! `BENCH_POSTGRES_PARAMS` (connection parameters for the service and the baselines alike,
+//! default `sslmode=disable`: on loopback TLS protects nothing, and sqlx leaves Nagle's
+//! algorithm on, so with TLS large statements stall on delayed ACKs — set it to `""` to
+//! measure that too), `BENCH_REDIS_URL` (default `TEST_REDIS_URL` or
+//! `redis://127.0.0.1:6379`).
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -116,11 +120,11 @@ async fn admin(server: &str) -> anyhow::Result<PgConnection> {
     PgConnection::connect(&format!("{server}/postgres")).await.context("connect to PostgreSQL")
 }
 
-async fn fresh_database(server: &str) -> anyhow::Result<String> {
+async fn fresh_database(server: &str, params: &str) -> anyhow::Result<String> {
     let mut conn = admin(server).await?;
     sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)"))).execute(&mut conn).await?;
     sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {DATABASE}"))).execute(&mut conn).await?;
-    Ok(format!("{server}/{DATABASE}"))
+    Ok(if params.is_empty() { format!("{server}/{DATABASE}") } else { format!("{server}/{DATABASE}?{params}") })
 }
 
 fn migrate(database_url: &str) -> anyhow::Result<()> {
@@ -218,7 +222,8 @@ async fn main() -> anyhow::Result<()> {
     let total: i64 = std::env::var("BENCH_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
     let server = env_or("BENCH_POSTGRES_URL", "TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432");
     let redis = env_or("BENCH_REDIS_URL", "TEST_REDIS_URL", "redis://127.0.0.1:6379");
-    let database_url = fresh_database(&server).await?;
+    let params = std::env::var("BENCH_POSTGRES_PARAMS").unwrap_or_else(|_| "sslmode=disable".into());
+    let database_url = fresh_database(&server, &params).await?;
     migrate(&database_url)?;
     let mut conn = PgConnection::connect(&database_url).await?;
     let seeded = Instant::now();
@@ -309,7 +314,7 @@ async fn main() -> anyhow::Result<()> {
         peak_mib: import_rss.max(import_hwm),
     });
 
-    println!("\n{total} messages on PostgreSQL (idle RSS {idle_mib:.1} MiB)");
+    println!("\n{total} messages on PostgreSQL, connection parameters {params:?} (idle RSS {idle_mib:.1} MiB)");
     println!("{:<8} {:>12} {:>14} {:>7} {:>16} {:>9}", "", "ours msg/s", "baseline msg/s", "ratio", "peak above idle", "verdict");
     for f in &figures {
         let ours = total as f64 / f.ours_secs;

@@ -239,6 +239,12 @@ fn main() -> anyhow::Result<()> {
     if backends.is_empty() {
         backends.push("sqlite");
     }
+    // Errors only (set RUST_LOG for more): a failing run should say why.
+    if std::env::var_os("RUST_LOG").is_none() {
+        // SAFETY: still single-threaded: the runtime starts below.
+        unsafe { std::env::set_var("RUST_LOG", "error") };
+    }
+    context_ops::telemetry::init(false);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -42,7 +42,8 @@ struct Corpus {
 
 impl Corpus {
     fn new() -> Self {
-        let syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "te", "vo", "zu", "pi", "do", "ge", "ha", "ju", "wy", "xo"];
+        let syllables =
+            ["ka", "lo", "mi", "ne", "ru", "sa", "te", "vo", "zu", "pi", "do", "ge", "ha", "ju", "wy", "xo"];
         let words = (0..VOCABULARY)
             .map(|i| {
                 let (mut n, mut w) = (i + 16, String::new());
@@ -288,7 +289,8 @@ async fn drop_database() -> anyhow::Result<()> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).filter(|a| a == "sqlite" || a == "postgres").collect();
-    let backends: Vec<&str> = if only.is_empty() { vec!["sqlite", "postgres"] } else { only.iter().map(String::as_str).collect() };
+    let backends: Vec<&str> =
+        if only.is_empty() { vec!["sqlite", "postgres"] } else { only.iter().map(String::as_str).collect() };
     let sizes: Vec<usize> = std::env::var("BENCH_RECALL_SIZES")
         .unwrap_or_else(|_| "10000,100000".into())
         .split(',')

@@ -113,9 +113,13 @@ async fn remote(
     if let Some(key) = api_key {
         request = request.bearer_auth(key);
     }
-    let response = request.send().await.map_err(|e| EmbedError::Transient(format!("request failed: {}", e.without_url())))?;
+    let response =
+        request.send().await.map_err(|e| EmbedError::Transient(format!("request failed: {}", e.without_url())))?;
     let status = response.status();
-    let body = response.bytes().await.map_err(|e| EmbedError::Transient(format!("reading the reply failed: {}", e.without_url())))?;
+    let body = response
+        .bytes()
+        .await
+        .map_err(|e| EmbedError::Transient(format!("reading the reply failed: {}", e.without_url())))?;
     if status.as_u16() == 429 || status.is_server_error() {
         return Err(EmbedError::Transient(format!("HTTP {status}")));
     }

@@ -23,8 +23,11 @@ use serde_json::{Value, json};
 struct Fake {
     /// 200 = answer normally; anything else is returned as that status.
     status: Arc<AtomicU16>,
-    seen: Arc<Mutex<Vec<(Option<String>, Value)>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
 }
+
+/// A request as the fake saw it: `Authorization` header and JSON body.
+type Seen = (Option<String>, Value);
 
 async fn embeddings(State(fake): State<Fake>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
     let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
@@ -83,7 +86,8 @@ async fn openai_compatible_embedder() {
         c.projector_interval_ms = 50;
     })
     .await;
-    for (id, text) in [("k", "Kafka brokers cluster"), ("t", "green tea preference"), ("p", "postgres backups nightly")] {
+    for (id, text) in [("k", "Kafka brokers cluster"), ("t", "green tea preference"), ("p", "postgres backups nightly")]
+    {
         let entry = json!({"id": id, "kind": "fact", "content": text, "version": 0, "status": "active",
                            "provenance": {"conversationId": "c"}, "createdAtMs": 0, "updatedAtMs": 0});
         let (status, body) = app.post("/internal/v1/context/entries", &json!({"entry": entry})).await;
@@ -96,7 +100,8 @@ async fn openai_compatible_embedder() {
         assert_eq!(auth.as_deref(), Some("Bearer sk-test-key"));
         assert_eq!(body["model"], "fake-embed-1");
         assert_eq!(body["dimensions"], 64);
-        let inputs: Vec<&str> = seen.iter().flat_map(|(_, b)| b["input"].as_array().unwrap().iter().filter_map(Value::as_str)).collect();
+        let inputs: Vec<&str> =
+            seen.iter().flat_map(|(_, b)| b["input"].as_array().unwrap().iter().filter_map(Value::as_str)).collect();
         assert!(inputs.contains(&"Kafka brokers cluster"), "{inputs:?}");
     }
     let (status, r) = app.post("/internal/v1/context/recall", &json!({"query": "kafka cluster"})).await;
@@ -109,7 +114,8 @@ async fn openai_compatible_embedder() {
     fake.status.store(503, Ordering::SeqCst);
     let (status, body) = app.post("/internal/v1/context/recall", &json!({"query": "kafka cluster"})).await;
     assert_api_error(status, &body, 503);
-    let (status, r) = app.post("/internal/v1/context/recall", &json!({"query": "kafka cluster", "vectorWeight": 0})).await;
+    let (status, r) =
+        app.post("/internal/v1/context/recall", &json!({"query": "kafka cluster", "vectorWeight": 0})).await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["items"][0]["entry"]["id"], "k");
 

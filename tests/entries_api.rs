@@ -76,7 +76,8 @@ async fn correct_expire_and_history(app: TestApp) {
     let (status, body) = app.post(CORRECT, &json!({"entryId": "e1", "expectedVersion": 1, "content": "late"})).await;
     assert_api_error(status, &body, 409);
 
-    let (status, expired) = app.post(EXPIRE, &json!({"entryId": "e1", "expectedVersion": 2, "reason": "outdated"})).await;
+    let (status, expired) =
+        app.post(EXPIRE, &json!({"entryId": "e1", "expectedVersion": 2, "reason": "outdated"})).await;
     assert_eq!(status, 200, "{expired}");
     assert_eq!((expired["version"].as_u64(), expired["status"].as_str()), (Some(3), Some("expired")));
     // Expired entries do not change any more.
@@ -89,7 +90,14 @@ async fn correct_expire_and_history(app: TestApp) {
     let items = h["items"].as_array().unwrap();
     let summary: Vec<(u64, &str, &str, &str)> = items
         .iter()
-        .map(|i| (i["version"].as_u64().unwrap(), i["change"].as_str().unwrap(), i["entry"]["status"].as_str().unwrap(), i["entry"]["content"].as_str().unwrap()))
+        .map(|i| {
+            (
+                i["version"].as_u64().unwrap(),
+                i["change"].as_str().unwrap(),
+                i["entry"]["status"].as_str().unwrap(),
+                i["entry"]["content"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         summary,
@@ -115,7 +123,10 @@ async fn merge_is_all_or_nothing(app: TestApp) {
     // A stale expected version for one source: 409, and nothing at all changed.
     let merged = entry("ab", "Alice likes green tea");
     let (status, body) = app
-        .post(MERGE, &json!({"sourceEntryIds": ["a", "b"], "mergedEntry": merged, "expectedVersions": {"a": 1, "b": 1}}))
+        .post(
+            MERGE,
+            &json!({"sourceEntryIds": ["a", "b"], "mergedEntry": merged, "expectedVersions": {"a": 1, "b": 1}}),
+        )
         .await;
     assert_api_error(status, &body, 409);
     let (_, a) = app.post(GET, &json!({"entryId": "a"})).await;
@@ -136,10 +147,16 @@ async fn merge_is_all_or_nothing(app: TestApp) {
     assert_eq!((b["version"].as_u64(), b["status"].as_str()), (Some(2), Some("active")));
 
     let (status, created) = app
-        .post(MERGE, &json!({"sourceEntryIds": ["a", "b"], "mergedEntry": merged, "expectedVersions": {"a": 1, "b": 2}}))
+        .post(
+            MERGE,
+            &json!({"sourceEntryIds": ["a", "b"], "mergedEntry": merged, "expectedVersions": {"a": 1, "b": 2}}),
+        )
         .await;
     assert_eq!(status, 200, "{created}");
-    assert_eq!((created["id"].as_str(), created["version"].as_u64(), created["status"].as_str()), (Some("ab"), Some(1), Some("active")));
+    assert_eq!(
+        (created["id"].as_str(), created["version"].as_u64(), created["status"].as_str()),
+        (Some("ab"), Some(1), Some("active"))
+    );
     for (id, version) in [("a", 2), ("b", 3)] {
         let (_, s) = app.post(GET, &json!({"entryId": id})).await;
         assert_eq!(s["status"], "merged", "{s}");
@@ -192,20 +209,27 @@ async fn tenants_are_walls(app: TestApp) {
     let secret = "0123456789abcdef0123456789abcdef";
     let token = |tenant: &str| {
         let claims = json!({"aud": "agent-context-infra", "sub": "svc", "tenant_id": tenant, "project_id": "p", "exp": 4_000_000_000u64});
-        jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap())
-            .unwrap()
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap(),
+        )
+        .unwrap()
     };
     let (alpha, beta) = (token("alpha"), token("beta"));
-    let (status, _) = app.post_as(Some(&alpha), PUT, &json!({"entry": entry("shared", "alpha's"), "expectedVersion": 0})).await;
+    let (status, _) =
+        app.post_as(Some(&alpha), PUT, &json!({"entry": entry("shared", "alpha's"), "expectedVersion": 0})).await;
     assert_eq!(status, 200);
     let (status, body) = app.post_as(Some(&beta), GET, &json!({"entryId": "shared"})).await;
     assert_api_error(status, &body, 404);
     let (status, body) = app.post_as(Some(&beta), EXPIRE, &json!({"entryId": "shared", "expectedVersion": 1})).await;
     assert_api_error(status, &body, 404);
-    let (status, body) = app.post_as(Some(&beta), MERGE, &json!({"sourceEntryIds": ["shared"], "mergedEntry": entry("m", "x")})).await;
+    let (status, body) =
+        app.post_as(Some(&beta), MERGE, &json!({"sourceEntryIds": ["shared"], "mergedEntry": entry("m", "x")})).await;
     assert_api_error(status, &body, 404);
     // The same id is free in the other tenant.
-    let (status, theirs) = app.post_as(Some(&beta), PUT, &json!({"entry": entry("shared", "beta's"), "expectedVersion": 0})).await;
+    let (status, theirs) =
+        app.post_as(Some(&beta), PUT, &json!({"entry": entry("shared", "beta's"), "expectedVersion": 0})).await;
     assert_eq!((status, theirs["version"].as_u64()), (200, Some(1)));
     let (_, ours) = app.post_as(Some(&alpha), GET, &json!({"entryId": "shared"})).await;
     assert_eq!(ours["content"], "alpha's");
@@ -223,12 +247,18 @@ impl<F: Future<Output = (u16, Value)>> AwaitOk for F {
     }
 }
 
-backend_tests!(put_get_and_optimistic_concurrency, correct_expire_and_history, merge_is_all_or_nothing, limits_and_bad_input);
+backend_tests!(
+    put_get_and_optimistic_concurrency,
+    correct_expire_and_history,
+    merge_is_all_or_nothing,
+    limits_and_bad_input
+);
 
 mod tenants {
     use super::*;
     async fn run(backend: Backend) {
-        let app = TestApp::start_with(backend, |c| c.jwt_secret = Some("0123456789abcdef0123456789abcdef".into())).await;
+        let app =
+            TestApp::start_with(backend, |c| c.jwt_secret = Some("0123456789abcdef0123456789abcdef".into())).await;
         tenants_are_walls(app).await;
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,9 +3,9 @@
 //! `processed == total`, and every active entry has exactly one vector, of its current
 //! version (non-active entries have none). Entries are seeded with SQL, not over HTTP.
 
-mod common;
 #[path = "support/child.rs"]
 mod child;
+mod common;
 
 use std::time::{Duration, Instant};
 
@@ -29,8 +29,13 @@ fn seed_entry(i: usize) -> ContextInsight {
         attributes: Value::Null,
         version: 1 + (i % 3) as u64,
         // Every tenth entry is not active: it must never get a vector.
-        status: if i % 10 == 0 { ContextInsightStatus::Merged } else { ContextInsightStatus::Active },
-        provenance: ContextProvenance { conversation_id: "c".into(), message_ids: vec![], extractor_ref: None, observed_at_ms: 0 },
+        status: if i.is_multiple_of(10) { ContextInsightStatus::Merged } else { ContextInsightStatus::Active },
+        provenance: ContextProvenance {
+            conversation_id: "c".into(),
+            message_ids: vec![],
+            extractor_ref: None,
+            observed_at_ms: 0,
+        },
         superseded_by: None,
         expires_at_ms: None,
         created_at_ms: 1,
@@ -78,7 +83,7 @@ async fn sigkill_mid_rebuild(backend: Backend) {
     db.migrate().await.unwrap();
     let tenant = TenantKey::default_tenant();
     seed(&db, &tenant).await;
-    let active = (0..ENTRIES).filter(|i| i % 10 != 0).count() as i64;
+    let active = (0..ENTRIES).filter(|i| !i.is_multiple_of(10)).count() as i64;
     assert_eq!(coverage(&db, &tenant).await.unwrap(), (active, 0));
 
     let client = reqwest::Client::new();
@@ -110,7 +115,11 @@ async fn sigkill_mid_rebuild(backend: Backend) {
     assert_eq!(state, "running");
     assert_eq!(total, active);
     assert!(processed > 0 && processed < total, "killed outside the middle: {processed}/{total}");
-    assert_eq!(coverage(&db, &tenant).await.unwrap(), (active, processed), "checkpoint and vectors diverged at the kill");
+    assert_eq!(
+        coverage(&db, &tenant).await.unwrap(),
+        (active, processed),
+        "checkpoint and vectors diverged at the kill"
+    );
 
     let mut b = spawn(&env, "serve-b");
     b.wait_healthy(&client, Duration::from_secs(30)).await;

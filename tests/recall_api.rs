@@ -102,7 +102,12 @@ async fn hybrid_recall_with_projector(app: TestApp) {
     assert!(!found.contains(&"gone".to_string()), "expired entries are never recalled: {r}");
     assert!(!found.contains(&"tea".to_string()), "no shared term, no match: {r}");
     let top = &r["items"][0]["score"];
-    let (lex, vec, rec, fin) = (top["lexical"].as_f64().unwrap(), top["vector"].as_f64().unwrap(), top["recency"].as_f64().unwrap(), top["finalScore"].as_f64().unwrap());
+    let (lex, vec, rec, fin) = (
+        top["lexical"].as_f64().unwrap(),
+        top["vector"].as_f64().unwrap(),
+        top["recency"].as_f64().unwrap(),
+        top["finalScore"].as_f64().unwrap(),
+    );
     assert_eq!(lex, 1.0, "the best lexical match is normalised to 1: {top}");
     assert!(vec > 0.3 && vec <= 1.0, "{top}");
     assert!(rec > 0.99 && rec <= 1.0, "{top}");
@@ -153,7 +158,12 @@ async fn ties_break_by_id_and_only_live_entries(app: TestApp) {
         attributes: Value::Null,
         version: 3,
         status,
-        provenance: ContextProvenance { conversation_id: "c".into(), message_ids: vec![], extractor_ref: None, observed_at_ms: 0 },
+        provenance: ContextProvenance {
+            conversation_id: "c".into(),
+            message_ids: vec![],
+            extractor_ref: None,
+            observed_at_ms: 0,
+        },
         superseded_by: None,
         expires_at_ms: expires,
         created_at_ms: 1_000,
@@ -192,7 +202,10 @@ async fn rebuild_operation_on_both_paths(backend: Backend) {
         put(&app, &format!("e{i}"), "c", &format!("note number {i} about rust lifetimes")).await;
     }
     let (_, status) = app.get(STATUS).await;
-    assert_eq!(status["indexWatermark"], json!({"projectedVersion": 0, "sourceVersion": 5, "lag": 5, "updatedAtMs": 0}));
+    assert_eq!(
+        status["indexWatermark"],
+        json!({"projectedVersion": 0, "sourceVersion": 5, "lag": 5, "updatedAtMs": 0})
+    );
     assert!(status["projectorLastRunMs"].is_null());
     let r = recall(&app, json!({"query": "rust lifetimes"})).await;
     assert_eq!(ids(&r).len(), 5, "lexical recall works before any vector exists");
@@ -220,7 +233,11 @@ async fn rebuild_operation_on_both_paths(backend: Backend) {
     let (status, op) = app.post(ADVANCED, &json!({"kind": "rebuild_vector", "request": {"force": true}})).await;
     assert_eq!(status, 202, "{op}");
     let op = wait_terminal(&app, op["id"].as_str().unwrap()).await;
-    assert_eq!((op["state"].as_str(), op["processed"].as_u64(), op["total"].as_u64()), (Some("succeeded"), Some(5), Some(5)), "{op}");
+    assert_eq!(
+        (op["state"].as_str(), op["processed"].as_u64(), op["total"].as_u64()),
+        (Some("succeeded"), Some(5), Some(5)),
+        "{op}"
+    );
 
     let (status, body) = app.post(REBUILD, &json!({"force": "yes"})).await;
     assert_api_error(status, &body, 400);
@@ -238,13 +255,22 @@ async fn watermark_is_per_tenant(backend: Backend) {
     .await;
     let token = |tenant: &str| {
         let claims = json!({"aud": "agent-context-infra", "sub": "svc", "tenant_id": tenant, "project_id": "p", "exp": 4_000_000_000u64});
-        jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap())
-            .unwrap()
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap(),
+        )
+        .unwrap()
     };
     let (alpha, beta) = (token("alpha"), token("beta"));
     for i in 0..3 {
-        let (status, _) =
-            app.post_as(Some(&alpha), PUT, &json!({"entry": entry(&format!("a{i}"), "c", "alpha secret plans"), "expectedVersion": 0})).await;
+        let (status, _) = app
+            .post_as(
+                Some(&alpha),
+                PUT,
+                &json!({"entry": entry(&format!("a{i}"), "c", "alpha secret plans"), "expectedVersion": 0}),
+            )
+            .await;
         assert_eq!(status, 200);
     }
     let (_, a) = app.post_as(Some(&alpha), STATUS, &json!({})).await;

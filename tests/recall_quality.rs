@@ -40,7 +40,12 @@ async fn recall_at_k(app: &TestApp, set: &Set, lexical: f64, vector: f64) -> f64
         let (status, r) = app.post("/internal/v1/context/recall", &body).await;
         assert_eq!(status, 200, "{r}");
         let relevant: HashSet<&str> = q.relevant.iter().map(String::as_str).collect();
-        let hits = r["items"].as_array().unwrap().iter().filter(|i| relevant.contains(i["entry"]["id"].as_str().unwrap())).count();
+        let hits = r["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| relevant.contains(i["entry"]["id"].as_str().unwrap()))
+            .count();
         sum += hits as f64 / K.min(relevant.len()) as f64;
     }
     sum / set.queries.len() as f64
@@ -61,7 +66,12 @@ async fn hybrid_beats_lexical_only_and_vector_only() {
             attributes: Value::Null,
             version: 1,
             status: ContextInsightStatus::Active,
-            provenance: ContextProvenance { conversation_id: "c".into(), message_ids: vec![], extractor_ref: None, observed_at_ms: 0 },
+            provenance: ContextProvenance {
+                conversation_id: "c".into(),
+                message_ids: vec![],
+                extractor_ref: None,
+                observed_at_ms: 0,
+            },
             superseded_by: None,
             expires_at_ms: None,
             // One timestamp for all: recency cannot tell them apart.

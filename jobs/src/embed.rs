@@ -76,7 +76,9 @@ pub fn encode_vector(v: &[f32]) -> Vec<u8> {
 
 /// `None` when the blob is not a whole number of f32s.
 pub fn decode_vector(bytes: &[u8]) -> Option<Vec<f32>> {
-    (bytes.len() % 4 == 0)
+    bytes
+        .len()
+        .is_multiple_of(4)
         .then(|| bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
 }
 

@@ -227,11 +227,7 @@ impl RecallIndex {
             q.terms.iter().map(|t| self.dict.get(t).and_then(|id| self.postings.get(*id as usize))).collect();
         let df: Vec<u64> =
             lists.iter().map(|l| l.map_or(0, |l| l.iter().filter(|p| self.valid(p)).count() as u64)).collect();
-        let stats = Bm25Stats {
-            docs,
-            avg_len,
-            df: q.terms.iter().cloned().zip(df).filter(|(_, n)| *n > 0).collect(),
-        };
+        let stats = Bm25Stats { docs, avg_len, df: q.terms.iter().cloned().zip(df).filter(|(_, n)| *n > 0).collect() };
         // BM25 accumulated term by term over the postings (it is a sum over terms).
         let mut lexical: Vec<f64> = Vec::new();
         let mut touched: Vec<usize> = Vec::new();
@@ -264,7 +260,10 @@ impl RecallIndex {
         // The final score of slot `s`, or None when it is out of scope, not a match, or
         // cannot beat `worst` (the weakest kept candidate once the heap is full).
         let score = |s: usize, worst: Option<f64>| -> Option<f64> {
-            if !self.occupied[s] || self.expires_at_ms[s] <= q.now_ms || conversation.is_some_and(|c| c != self.conversation[s]) {
+            if !self.occupied[s]
+                || self.expires_at_ms[s] <= q.now_ms
+                || conversation.is_some_and(|c| c != self.conversation[s])
+            {
                 return None;
             }
             let cosine = match &query_q {

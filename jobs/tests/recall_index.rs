@@ -8,7 +8,15 @@ use context_jobs::text::terms;
 
 const DIM: usize = 128;
 
-fn put(index: &mut RecallIndex, id: &str, version: u64, conversation: &str, text: &str, active: bool, expires: Option<i64>) {
+fn put(
+    index: &mut RecallIndex,
+    id: &str,
+    version: u64,
+    conversation: &str,
+    text: &str,
+    active: bool,
+    expires: Option<i64>,
+) {
     index.upsert(IndexedEntry {
         id,
         version,
@@ -24,7 +32,14 @@ fn search(index: &RecallIndex, query: &str, weights: Weights, conversation: Opti
     let terms = query_terms(query);
     let vector = hashing_embed(query, DIM);
     index
-        .candidates(&Query { terms: &terms, vector: Some(&vector), conversation_id: conversation, now_ms: 2_000, weights, candidates: 10 })
+        .candidates(&Query {
+            terms: &terms,
+            vector: Some(&vector),
+            conversation_id: conversation,
+            now_ms: 2_000,
+            weights,
+            candidates: 10,
+        })
         .ids
 }
 
@@ -93,7 +108,14 @@ fn statistics_are_exact_and_hybrid_uses_both_signals() {
     assert_eq!(found.ids[0], "a", "both terms beat one");
     assert!(found.max_bm25 > 0.0);
     assert_eq!(search(&index, "alpha beta", HYBRID, None)[0], "a");
-    let top2 = index.candidates(&Query { terms: &terms, vector: None, conversation_id: None, now_ms: 2_000, weights: LEXICAL, candidates: 2 });
+    let top2 = index.candidates(&Query {
+        terms: &terms,
+        vector: None,
+        conversation_id: None,
+        now_ms: 2_000,
+        weights: LEXICAL,
+        candidates: 2,
+    });
     assert_eq!(top2.ids.len(), 2, "at most `candidates` are returned");
 }
 

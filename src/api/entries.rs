@@ -16,7 +16,9 @@ use context_jobs::contract::{
     ContextInsight, ContextInsightStatus, CorrectContextInsightRequest, ExpireContextInsightRequest,
     GetContextInsightRequest, MergeContextInsightsRequest, PutContextInsightRequest,
 };
-use context_jobs::entries::{EntryRuleError, MAX_MERGE_SOURCES, validate_content, validate_entry, validate_id, validate_reason};
+use context_jobs::entries::{
+    EntryRuleError, MAX_MERGE_SOURCES, validate_content, validate_entry, validate_id, validate_reason,
+};
 
 pub const ENTRY_HISTORY_PATH: &str = "/internal/v1/context/entries/{id}/history";
 
@@ -74,7 +76,9 @@ async fn correct(
     validate_content(&r.content).map_err(rule_error)?;
     validate_reason(&r.reason).map_err(rule_error)?;
     require_version(r.expected_version)?;
-    let stored = entry_writes::correct(&state.db, &caller.tenant, &r.entry_id, r.expected_version, &r.content, &r.reason).await?;
+    let stored =
+        entry_writes::correct(&state.db, &caller.tenant, &r.entry_id, r.expected_version, &r.content, &r.reason)
+            .await?;
     Ok(ApiJson(stored))
 }
 
@@ -111,7 +115,9 @@ async fn merge(
     if let Some(stray) = r.expected_versions.keys().find(|k| !seen.contains(k.as_str())) {
         return Err(AppError::BadRequest(format!("expectedVersions names {stray:?}, which is not a source")));
     }
-    let merged = entry_writes::merge(&state.db, &caller.tenant, &r.source_entry_ids, &r.merged_entry, &r.expected_versions).await?;
+    let merged =
+        entry_writes::merge(&state.db, &caller.tenant, &r.source_entry_ids, &r.merged_entry, &r.expected_versions)
+            .await?;
     Ok(ApiJson(merged))
 }
 
@@ -132,7 +138,11 @@ struct HistoryResponse {
 
 /// Every version, oldest first. A version replaced by a correction is reported with status
 /// `corrected` (its snapshot was `active` when written; the successor says why it ended).
-async fn history(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> ApiResult<ApiJson<HistoryResponse>> {
+async fn history(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<ApiJson<HistoryResponse>> {
     validate_id("entry id", &id).map_err(rule_error)?;
     let rows = entries::history(&state.db, &caller.tenant, &id).await?;
     if rows.is_empty() {

@@ -16,7 +16,11 @@ use axum::Router;
 use crate::app::AppState;
 
 pub fn routes() -> Router<AppState> {
-    Router::new().merge(health::routes()).merge(messages::routes()).merge(operations::routes()).merge(inference::routes())
+    Router::new()
+        .merge(health::routes())
+        .merge(messages::routes())
+        .merge(operations::routes())
+        .merge(inference::routes())
         .merge(entries::routes())
         .merge(recall::routes())
         .merge(artifacts::routes())

@@ -33,7 +33,9 @@ use context_jobs::embed::{cosine, decode_vector};
 use context_jobs::entries::{entry_text, is_live};
 use context_jobs::kinds::rebuild_vector::RebuildVectorJob;
 use context_jobs::operation::OperationRequest;
-use context_jobs::recall::{Weights, bm25, breakdown, is_match, query_terms, rank_order, recency, term_frequencies, validate_weights};
+use context_jobs::recall::{
+    Weights, bm25, breakdown, is_match, query_terms, rank_order, recency, term_frequencies, validate_weights,
+};
 use context_jobs::recall_index::Query;
 
 pub fn routes() -> Router<AppState> {
@@ -110,7 +112,9 @@ async fn recall(
         let (tf, len) = term_frequencies(&terms, &doc);
         let lexical = bm25(&candidates.stats, &terms, &tf, len);
         let vector = match (&query_vector, stored.get(&entry.id)) {
-            (Some(q), Some((v, blob))) if *v as u64 == entry.version => decode_vector(blob).map(|d| cosine(q, &d)).unwrap_or(0.0),
+            (Some(q), Some((v, blob))) if *v as u64 == entry.version => {
+                decode_vector(blob).map(|d| cosine(q, &d)).unwrap_or(0.0)
+            }
             _ => 0.0,
         };
         let score = breakdown(weights, lexical, candidates.max_bm25, vector, recency(entry.updated_at_ms, now));
@@ -124,7 +128,11 @@ async fn recall(
     Ok(ApiJson(RecallContextResponse { items, index_watermark }))
 }
 
-async fn load_rows(state: &AppState, tenant: &str, ids: &[String]) -> ApiResult<Vec<context_jobs::contract::ContextInsight>> {
+async fn load_rows(
+    state: &AppState,
+    tenant: &str,
+    ids: &[String],
+) -> ApiResult<Vec<context_jobs::contract::ContextInsight>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -155,7 +163,14 @@ async fn rebuild(
 ) -> ApiResult<Response> {
     let key = idempotency_key(&headers)?;
     let payload = rebuild_payload(r);
-    let op = submit_operation(&state, &caller, ContextOperationKind::RebuildVector, &payload, key.as_deref(), SubmitEffect::None)
-        .await?;
+    let op = submit_operation(
+        &state,
+        &caller,
+        ContextOperationKind::RebuildVector,
+        &payload,
+        key.as_deref(),
+        SubmitEffect::None,
+    )
+    .await?;
     Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
 }

@@ -11,11 +11,10 @@
 //!
 //! The two statements whose best form differs by engine — "which of these ids exist" and
 //! the bulk insert — are [`MessageRows`] methods on each engine's connection: PostgreSQL
-//! binds the ids as one array (`= ANY($n)`) and inserts with `COPY … FROM STDIN` inside
-//! the transaction; SQLite uses bounded multi-row statements.
+//! binds whole columns as arrays (`= ANY($n)`, `UNNEST`), SQLite uses bounded
+//! multi-row statements.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::Write as _;
 
 use sqlx::AssertSqlSafe;
 
@@ -228,48 +227,32 @@ impl MessageRows for sqlx::PgConnection {
         now: i64,
         rows: &[&ConversationRecord],
     ) -> Result<(), sqlx::Error> {
-        // `COPY … FROM STDIN` inside the transaction: PostgreSQL's bulk path (batched heap
-        // inserts), one round trip whatever the row count.
-        let mut data = Vec::with_capacity(rows.len() * 256);
-        for (i, r) in rows.iter().enumerate() {
-            let c = columns(r, now);
-            for field in [Some(tenant), Some(conversation), Some(c.id)] {
-                copy_field(&mut data, field);
-            }
-            let _ = write!(data, "{}\t", first_sequence + i as i64);
-            for field in [Some(c.role), Some(&c.scope), Some(&c.content), Some(&c.search_text), c.name, c.tool_call_id] {
-                copy_field(&mut data, field);
-            }
-            let _ = write!(data, "{}\t", c.created_at_ms);
-            copy_field(&mut data, c.metadata.as_deref());
-            *data.last_mut().expect("a row was written") = b'\n';
-        }
-        let sql = format!("COPY messages ({COLUMN_LIST}) FROM STDIN");
-        let mut copy = self.copy_in_raw(&sql).await?;
-        copy.send(data).await?;
-        copy.finish().await?;
+        // One statement whatever the row count: each column is one array parameter. Not
+        // `COPY … FROM STDIN`: sqlx leaves Nagle's algorithm on, so the small CopyDone
+        // written after the data waits for the server's delayed ACK (~40 ms a statement).
+        let cols: Vec<Columns<'_>> = rows.iter().map(|r| columns(r, now)).collect();
+        let sequences: Vec<i64> = (0..cols.len() as i64).map(|i| first_sequence + i).collect();
+        let sql = format!(
+            "INSERT INTO messages ({COLUMN_LIST}) SELECT $1, $2, * FROM UNNEST($3::text[], $4::int8[], $5::text[], \
+             $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::int8[], $12::text[])"
+        );
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(conversation)
+            .bind(cols.iter().map(|c| c.id).collect::<Vec<_>>())
+            .bind(sequences)
+            .bind(cols.iter().map(|c| c.role).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.scope.as_str()).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.content.as_str()).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.search_text.as_str()).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.name).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.tool_call_id).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.created_at_ms).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.metadata.as_deref()).collect::<Vec<_>>())
+            .execute(&mut *self)
+            .await?;
         Ok(())
     }
-}
-
-/// One field of a `COPY` text-format row, followed by a tab: `\N` for NULL, and the
-/// four characters the format treats specially escaped.
-fn copy_field(out: &mut Vec<u8>, value: Option<&str>) {
-    match value {
-        None => out.extend_from_slice(b"\\N"),
-        Some(text) => {
-            for &b in text.as_bytes() {
-                match b {
-                    b'\\' => out.extend_from_slice(b"\\\\"),
-                    b'\n' => out.extend_from_slice(b"\\n"),
-                    b'\r' => out.extend_from_slice(b"\\r"),
-                    b'\t' => out.extend_from_slice(b"\\t"),
-                    _ => out.push(b),
-                }
-            }
-        }
-    }
-    out.push(b'\t');
 }
 
 /// SQLite binds at most 32,766 parameters per statement: stay well below it.

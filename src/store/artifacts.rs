@@ -319,6 +319,14 @@ pub async fn seal_upload(db: &Db, tenant: &TenantKey, id: &str, expected: &str) 
     get(db, tenant.as_str(), id).await?.ok_or_else(|| StoreError::NotFound(format!("artifact {id} not found")))
 }
 
+/// `INSERT` of `n` chunks: `(artifact_id, start_offset, length, data)` per row.
+pub fn insert_chunks_sql(n: usize) -> String {
+    format!(
+        "INSERT INTO artifact_chunks (artifact_id, start_offset, length, data) VALUES {}",
+        super::row_placeholders(1, n, 4)
+    )
+}
+
 pub const CREATE_EXPORT_SQL: &str = "INSERT INTO artifacts (id, tenant, origin, state, operation_id, created_at_ms, \
      updated_at_ms, expires_at_ms) VALUES ($1, $2, 'export', 'writing', $3, $4, $4, $5)";
 
@@ -360,14 +368,15 @@ macro_rules! store_export_chunks {
             if !live {
                 return Ok::<bool, sqlx::Error>(false);
             }
-            for (offset, data) in chunks {
-                sqlx::query("INSERT INTO artifact_chunks (artifact_id, start_offset, length, data) VALUES ($1, $2, $3, $4)")
-                    .bind(id)
-                    .bind(*offset as i64)
-                    .bind(data.len() as i64)
-                    .bind(data.as_slice())
-                    .execute(&mut *conn)
-                    .await?;
+            // One statement for all of them: each statement sent is a chance for Nagle's
+            // algorithm (left on by sqlx) to hold its tail for the server's delayed ACK.
+            if !chunks.is_empty() {
+                let sql = $crate::store::artifacts::insert_chunks_sql(chunks.len());
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+                for (offset, data) in chunks {
+                    query = query.bind(id).bind(*offset as i64).bind(data.len() as i64).bind(data.as_slice());
+                }
+                query.execute(&mut *conn).await?;
             }
             Ok(true)
         }

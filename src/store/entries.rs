@@ -24,19 +24,8 @@ pub const ENTRY_COLUMNS: &str = "id, kind, content, attributes, version, status,
 pub const ENTRY_COLUMNS_E: &str = "e.id, e.kind, e.content, e.attributes, e.version, e.status, e.provenance, \
     e.superseded_by, e.expires_at_ms, e.created_at_ms, e.updated_at_ms";
 
-pub type EntryRow = (
-    String,
-    String,
-    String,
-    Option<String>,
-    i64,
-    String,
-    String,
-    Option<String>,
-    Option<i64>,
-    i64,
-    i64,
-);
+pub type EntryRow =
+    (String, String, String, Option<String>, i64, String, String, Option<String>, Option<i64>, i64, i64);
 
 pub fn entry_from_row(row: EntryRow) -> StoreResult<ContextInsight> {
     let (id, kind, content, attributes, version, status, provenance, superseded_by, expires_at_ms, created, updated) =
@@ -156,14 +145,9 @@ pub fn insert_entries_sql(rows: usize) -> String {
     format!(
         "INSERT INTO context_entries (tenant, id, kind, content, attributes, version, status, conversation_id, \
          provenance, superseded_by, expires_at_ms, created_at_ms, updated_at_ms, change_seq, projected_version) \
-         VALUES {}",
+         VALUES {} ON CONFLICT (tenant, id) DO NOTHING RETURNING id",
         super::row_placeholders(1, rows, 15)
     )
-}
-
-/// `SELECT id` of the existing entries among `$2 … $(n+1)` of tenant `$1`.
-pub fn existing_ids_sql(n: usize) -> String {
-    format!("SELECT id FROM context_entries WHERE tenant = $1 AND id IN ({})", super::placeholders(2, n))
 }
 
 pub fn insert_versions_sql(rows: usize) -> String {
@@ -181,18 +165,17 @@ pub fn insert_versions_sql(rows: usize) -> String {
 macro_rules! bump_entry_source {
     ($conn:expr, $tenant:expr, $n:expr) => {{
         let n: i64 = $n;
-        let last: Result<i64, sqlx::Error> = sqlx::query_scalar($crate::store::entries::BUMP_SOURCE_SQL)
-            .bind($tenant)
-            .bind(n)
-            .fetch_one($conn)
-            .await;
+        let last: Result<i64, sqlx::Error> =
+            sqlx::query_scalar($crate::store::entries::BUMP_SOURCE_SQL).bind($tenant).bind(n).fetch_one($conn).await;
         last.map(|last| last - n + 1)
     }};
 }
 
-/// Insert new entry rows exactly as given (`$rows`: `&[&ContextInsight]`, at most
-/// `INSERT_CHUNK`), with change sequences from `$first_seq` and no vector yet, plus their
-/// version snapshots tagged `$change`. Evaluates to `Result<(), sqlx::Error>`.
+/// Insert entry rows exactly as given (`$rows`: `&[&ContextInsight]`, distinct ids, at most
+/// `INSERT_CHUNK`), with change sequences from `$first_seq` and no vector yet, plus version
+/// snapshots tagged `$change` for the rows that went in; ids that exist already are left
+/// alone (their sequence numbers go unused). Evaluates to `Result<HashSet<String> /* the
+/// inserted ids */, sqlx::Error>`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! insert_entry_rows {
@@ -205,12 +188,12 @@ macro_rules! insert_entry_rows {
             let change: &str = $change;
             let reason: Option<&str> = $reason;
             if rows.is_empty() {
-                return Ok::<(), sqlx::Error>(());
+                return Ok::<std::collections::HashSet<String>, sqlx::Error>(Default::default());
             }
             let cols: Vec<$crate::store::entries::EntryColumns> =
                 rows.iter().map(|e| $crate::store::entries::entry_columns(e)).collect();
             let sql = $crate::store::entries::insert_entries_sql(rows.len());
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+            let mut q = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql));
             for (i, (e, c)) in rows.iter().zip(&cols).enumerate() {
                 q = q
                     .bind(tenant)
@@ -229,11 +212,15 @@ macro_rules! insert_entry_rows {
                     .bind(first_seq + i as i64)
                     .bind(0_i64);
             }
-            q.execute(&mut *conn).await?;
+            let inserted: std::collections::HashSet<String> = q.fetch_all(&mut *conn).await?.into_iter().collect();
+            let recorded: Vec<_> = rows.iter().zip(&cols).filter(|(e, _)| inserted.contains(&e.id)).collect();
+            if recorded.is_empty() {
+                return Ok(inserted);
+            }
             let now = $crate::store::now_ms();
-            let sql = $crate::store::entries::insert_versions_sql(rows.len());
+            let sql = $crate::store::entries::insert_versions_sql(recorded.len());
             let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-            for (e, c) in rows.iter().zip(&cols) {
+            for (e, c) in recorded {
                 q = q
                     .bind(tenant)
                     .bind(e.id.as_str())
@@ -244,7 +231,7 @@ macro_rules! insert_entry_rows {
                     .bind(now);
             }
             q.execute(&mut *conn).await?;
-            Ok(())
+            Ok(inserted)
         }
     };
 }
@@ -266,24 +253,18 @@ macro_rules! import_entries {
             let mut skipped = 0u64;
             let mut seen = std::collections::HashSet::new();
             for chunk in entries.chunks($crate::store::entries::INSERT_CHUNK) {
-                let sql = $crate::store::entries::existing_ids_sql(chunk.len());
-                let mut q = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql)).bind(tenant);
-                for e in chunk {
-                    q = q.bind(e.id.as_str());
-                }
-                let existing: std::collections::HashSet<String> =
-                    q.fetch_all(&mut *conn).await?.into_iter().collect();
-                let fresh: Vec<&context_jobs::contract::ContextInsight> = chunk
-                    .iter()
-                    .filter(|e| !existing.contains(&e.id) && seen.insert(e.id.clone()))
-                    .collect();
-                skipped += (chunk.len() - fresh.len()) as u64;
+                // Existing ids are found by the primary key as the rows go in (`ON CONFLICT
+                // DO NOTHING`), not by a lookup first, which would depend on statistics.
+                let fresh: Vec<&context_jobs::contract::ContextInsight> =
+                    chunk.iter().filter(|e| seen.insert(e.id.clone())).collect();
                 if fresh.is_empty() {
+                    skipped += chunk.len() as u64;
                     continue;
                 }
                 let first = $crate::bump_entry_source!(&mut *conn, tenant, fresh.len() as i64)?;
-                $crate::insert_entry_rows!(&mut *conn, tenant, &fresh, first, "import", None).await?;
-                inserted += fresh.len() as u64;
+                let added = $crate::insert_entry_rows!(&mut *conn, tenant, &fresh, first, "import", None).await?;
+                inserted += added.len() as u64;
+                skipped += (chunk.len() - added.len()) as u64;
             }
             Ok::<(u64, u64), sqlx::Error>((inserted, skipped))
         }

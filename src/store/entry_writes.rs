@@ -12,7 +12,7 @@
 use sqlx::AssertSqlSafe;
 
 use super::entries::{ENTRY_COLUMNS, EntryRow, entry_columns, entry_from_row, insert_versions_sql};
-use super::{StoreError, StoreResult, json_column, now_ms};
+use super::{StoreError, StoreResult, now_ms};
 use crate::auth::TenantKey;
 use crate::db::{BeginWrite as _, Db};
 use crate::{bump_entry_source, insert_entry_rows, with_pool};
@@ -62,7 +62,12 @@ macro_rules! cas_failure {
 /// Put: `expected_version` 0 creates the entry (version 1, active); otherwise replaces the
 /// caller's fields (kind, content, attributes, provenance, expiresAtMs) of the active entry
 /// at exactly that version. Version, status, supersededBy and timestamps are the server's.
-pub async fn put(db: &Db, tenant: &TenantKey, entry: &ContextInsight, expected_version: u64) -> StoreResult<ContextInsight> {
+pub async fn put(
+    db: &Db,
+    tenant: &TenantKey,
+    entry: &ContextInsight,
+    expected_version: u64,
+) -> StoreResult<ContextInsight> {
     let now = now_ms();
     with_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
@@ -102,7 +107,7 @@ pub async fn put(db: &Db, tenant: &TenantKey, entry: &ContextInsight, expected_v
                 .bind(expected_version as i64)
                 .bind(c.kind)
                 .bind(c.content.as_str())
-                .bind(json_column(&entry.attributes))
+                .bind(c.attributes.as_deref())
                 .bind(c.provenance.as_str())
                 .bind(entry.provenance.conversation_id.as_str())
                 .bind(entry.expires_at_ms)
@@ -123,21 +128,26 @@ pub async fn put(db: &Db, tenant: &TenantKey, entry: &ContextInsight, expected_v
     })
 }
 
-/// The state change of correct and expire: `$set` is the SQL assignment list beyond
-/// version/updated/change_seq, with `$extra` bound as `$6`.
+/// A change to one active entry at an expected version.
+enum Change<'a> {
+    Correct { content: &'a serde_json::Value },
+    Expire,
+}
+
 async fn transition(
     db: &Db,
     tenant: &TenantKey,
     id: &str,
     expected_version: u64,
-    set: &'static str,
-    extra: Option<String>,
-    change: &'static str,
+    change: Change<'_>,
     reason: &str,
 ) -> StoreResult<ContextInsight> {
     let now = now_ms();
     let reason = (!reason.is_empty()).then_some(reason);
-    let drop_vector = change == "expire";
+    let (set, content, label) = match change {
+        Change::Correct { content } => ("content = $6", Some(content.to_string()), "correct"),
+        Change::Expire => ("status = 'expired'", None, "expire"),
+    };
     with_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
         let seq = bump_entry_source!(&mut *tx, tenant.as_str(), 1)?;
@@ -151,21 +161,21 @@ async fn transition(
             .bind(expected_version as i64)
             .bind(now)
             .bind(seq);
-        if let Some(extra) = &extra {
-            q = q.bind(extra.as_str());
+        if let Some(content) = &content {
+            q = q.bind(content.as_str());
         }
         let Some(row) = q.fetch_optional(&mut *tx).await? else {
             return Err(cas_failure!(&mut *tx, tenant.as_str(), id, expected_version));
         };
         let stored = entry_from_row(row)?;
-        if drop_vector {
+        if label == "expire" {
             sqlx::query("DELETE FROM context_entry_vectors WHERE tenant = $1 AND entry_id = $2")
                 .bind(tenant.as_str())
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;
         }
-        record_version!(&mut *tx, tenant.as_str(), &stored, change, reason)?;
+        record_version!(&mut *tx, tenant.as_str(), &stored, label, reason)?;
         tx.commit().await?;
         Ok(stored)
     })
@@ -181,13 +191,19 @@ pub async fn correct(
     content: &serde_json::Value,
     reason: &str,
 ) -> StoreResult<ContextInsight> {
-    transition(db, tenant, id, expected_version, "content = $6", Some(content.to_string()), "correct", reason).await
+    transition(db, tenant, id, expected_version, Change::Correct { content }, reason).await
 }
 
 /// Expire: the active entry at `expected_version` becomes `expired` (next version) and
 /// loses its vector.
-pub async fn expire(db: &Db, tenant: &TenantKey, id: &str, expected_version: u64, reason: &str) -> StoreResult<ContextInsight> {
-    transition(db, tenant, id, expected_version, "status = 'expired'", None, "expire", reason).await
+pub async fn expire(
+    db: &Db,
+    tenant: &TenantKey,
+    id: &str,
+    expected_version: u64,
+    reason: &str,
+) -> StoreResult<ContextInsight> {
+    transition(db, tenant, id, expected_version, Change::Expire, reason).await
 }
 
 /// Merge, all or nothing: every source must be active (and at its expected version when

@@ -57,7 +57,8 @@ impl RecallIndexes {
         let mut guard = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
         let (map, clock) = &mut *guard;
         *clock += 1;
-        if !map.contains_key(tenant) && map.len() >= MAX_TENANTS
+        if !map.contains_key(tenant)
+            && map.len() >= MAX_TENANTS
             && let Some(oldest) = map.iter().min_by_key(|(_, c)| c.used).map(|(k, _)| k.clone())
         {
             map.remove(&oldest);
@@ -134,11 +135,13 @@ impl RecallIndexes {
                     .await?
             });
             let n = rows.len() as i64;
-            let decoded: Vec<(String, i64, Option<Vec<f32>>)> =
-                rows.into_iter().map(|(id, v, blob, seq)| {
+            let decoded: Vec<(String, i64, Option<Vec<f32>>)> = rows
+                .into_iter()
+                .map(|(id, v, blob, seq)| {
                     vector_seq = vector_seq.max(seq);
                     (id, v, decode_vector(&blob))
-                }).collect();
+                })
+                .collect();
             let mut d = data.write().unwrap_or_else(|p| p.into_inner());
             for (id, version, v) in &decoded {
                 if let Some(v) = v {

@@ -59,7 +59,10 @@ pub async fn rebuild_page(db: &Db, tenant: &str, force: bool, after_id: &str, li
     let rows: Vec<(String, i64, String)> = with_pool!(db, pool => {
         sqlx::query_as(AssertSqlSafe(sql)).bind(tenant).bind(after_id).bind(limit).fetch_all(pool).await?
     });
-    Ok(rows.into_iter().map(|(id, version, content)| ToEmbed { tenant: tenant.to_string(), id, version, content }).collect())
+    Ok(rows
+        .into_iter()
+        .map(|(id, version, content)| ToEmbed { tenant: tenant.to_string(), id, version, content })
+        .collect())
 }
 
 /// Rows per vector-writing statement (8 parameters a row).
@@ -115,9 +118,9 @@ macro_rules! write_vectors {
                 .fetch_one(&mut *conn)
                 .await?;
             let first = last - items.len() as i64 + 1;
-            let mut q = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe($crate::store::vectors::mark_projected_sql(
-                items.len(),
-            )))
+            let mut q = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(
+                $crate::store::vectors::mark_projected_sql(items.len()),
+            ))
             .bind(tenant);
             for (e, _) in items {
                 q = q.bind(e.id.as_str()).bind(e.version);
@@ -190,7 +193,12 @@ pub async fn coverage(db: &Db, tenant: &TenantKey) -> StoreResult<(i64, i64)> {
 }
 
 /// `(version, vector)` of the stored vectors of `ids` under `model`, for rescoring.
-pub async fn vectors_of(db: &Db, tenant: &TenantKey, model: &str, ids: &[String]) -> StoreResult<Vec<(String, i64, Vec<u8>)>> {
+pub async fn vectors_of(
+    db: &Db,
+    tenant: &TenantKey,
+    model: &str,
+    ids: &[String],
+) -> StoreResult<Vec<(String, i64, Vec<u8>)>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }

@@ -24,7 +24,13 @@ const MAX_BATCHES_PER_TICK: usize = 20;
 /// lapses quickly.
 const TICK_LEASE_MS: i64 = 30_000;
 
-pub fn spawn(db: Db, embedder: Arc<Embedder>, interval_ms: u64, holder: String, shutdown: CancellationToken) -> JoinHandle<anyhow::Result<()>> {
+pub fn spawn(
+    db: Db,
+    embedder: Arc<Embedder>,
+    interval_ms: u64,
+    holder: String,
+    shutdown: CancellationToken,
+) -> JoinHandle<anyhow::Result<()>> {
     tokio::spawn(async move {
         if interval_ms == 0 {
             shutdown.cancelled().await;
@@ -48,10 +54,7 @@ pub fn spawn(db: Db, embedder: Arc<Embedder>, interval_ms: u64, holder: String, 
 
 /// The texts to embed, in order: each entry's `content_text`.
 pub fn texts(items: &[ToEmbed]) -> Vec<String> {
-    items
-        .iter()
-        .map(|e| serde_json::from_str(&e.content).map(|c| entry_text(&c)).unwrap_or_default())
-        .collect()
+    items.iter().map(|e| serde_json::from_str(&e.content).map(|c| entry_text(&c)).unwrap_or_default()).collect()
 }
 
 /// One tick if this process wins it: `Some(vectors written)`, or `None` when another

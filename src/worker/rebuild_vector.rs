@@ -41,7 +41,10 @@ async fn refresh_statistics(db: &crate::db::Db) {
 }
 
 /// The batch being read ahead; dropping it (any way the job ends) stops it.
-struct Prefetch(tokio::task::JoinHandle<Result<(Vec<ToEmbed>, Vec<Vec<f32>>), JobError>>);
+struct Prefetch(tokio::task::JoinHandle<Result<Batch, JobError>>);
+
+/// A page of entries and their vectors, in order.
+type Batch = (Vec<ToEmbed>, Vec<Vec<f32>>);
 
 impl Drop for Prefetch {
     fn drop(&mut self) {
@@ -57,7 +60,7 @@ async fn read_and_embed(
     force: bool,
     after: &str,
     batch: i64,
-) -> Result<(Vec<ToEmbed>, Vec<Vec<f32>>), JobError> {
+) -> Result<Batch, JobError> {
     let page = rebuild_page(db, tenant, force, after, batch).await?;
     let texts = super::projector::texts(&page);
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
@@ -102,7 +105,8 @@ pub async fn run(ctx: &JobCtx, job: &RebuildVectorJob) -> Result<Value, JobError
     };
     let mut next_batch = fetch(at.after.clone());
     loop {
-        let (page, vectors) = (&mut next_batch.0).await.map_err(|e| JobError::Transient(anyhow::anyhow!("batch task failed: {e}")))??;
+        let (page, vectors) =
+            (&mut next_batch.0).await.map_err(|e| JobError::Transient(anyhow::anyhow!("batch task failed: {e}")))??;
         let last_page = (page.len() as i64) < batch;
         let next = Checkpoint {
             after: page.last().map(|e| e.id.clone()).unwrap_or_else(|| at.after.clone()),
