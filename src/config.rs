@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-#[derive(Debug, Parser)]
+#[derive(Parser)]
 #[command(name = "context-ops", version, about = "Durable conversation context and pollable operations for agent runtimes")]
 pub struct Cli {
     #[command(flatten)]
@@ -36,7 +36,8 @@ impl Command {
     }
 }
 
-#[derive(Debug, Clone, Args)]
+// No `Debug`: the struct holds secrets, and a `{config:?}` must not compile.
+#[derive(Clone, Args)]
 pub struct Config {
     /// Address the HTTP API listens on.
     #[arg(long, env = "CONTEXT_OPS_BIND", default_value = "127.0.0.1:5120", global = true)]
