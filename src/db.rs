@@ -101,6 +101,7 @@ impl Db {
             let pool = PgPoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(Duration::from_secs(10))
+                .after_connect(|conn, _| Box::pin(crate::nodelay::disable_nagle(conn)))
                 .connect_with(options)
                 .await
                 .with_context(|| format!("cannot connect to PostgreSQL at {shown}"))?;

@@ -9,6 +9,7 @@ pub mod db;
 pub mod embedder;
 pub mod error;
 pub mod metrics;
+pub mod nodelay;
 pub mod provider;
 pub mod queue;
 pub mod server;
