@@ -22,9 +22,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
-use context_jobs::contract::{
-    ConversationRecord, ConversationScope, MESSAGES_APPEND_PATH, content_text, search_fold,
-};
+use context_jobs::contract::{ConversationRecord, ConversationScope, MESSAGES_APPEND_PATH, content_text, search_fold};
 use context_ops::config::{Command, Config};
 use context_ops::server;
 use serde_json::{Value, json};
@@ -80,10 +78,7 @@ impl Workload {
                 (conversation, records)
             })
             .collect();
-        Self {
-            total,
-            conversations,
-        }
+        Self { total, conversations }
     }
 
     /// The request bodies of each client, serialized up front so the clients measure the
@@ -128,13 +123,7 @@ impl Workload {
             })
             .collect();
         let rounds = per_conversation.iter().map(Vec::len).max().unwrap_or(0);
-        (0..rounds)
-            .flat_map(|round| {
-                per_conversation
-                    .iter()
-                    .filter_map(move |b| b.get(round).copied())
-            })
-            .collect()
+        (0..rounds).flat_map(|round| per_conversation.iter().filter_map(move |b| b.get(round).copied())).collect()
     }
 }
 
@@ -154,10 +143,7 @@ fn columns(r: &ConversationRecord) -> Columns {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 fn rate(messages: usize, elapsed: Duration) -> f64 {
@@ -167,11 +153,7 @@ fn rate(messages: usize, elapsed: Duration) -> f64 {
 // ------------------------------------------------------------------------------ ours
 
 /// Start the service on `database_url` and append the workload over HTTP.
-async fn run_service(
-    database_url: &str,
-    redis_url: Option<String>,
-    workload: &Workload,
-) -> anyhow::Result<Duration> {
+async fn run_service(database_url: &str, redis_url: Option<String>, workload: &Workload) -> anyhow::Result<Duration> {
     let mut config = Config::defaults();
     config.bind = "127.0.0.1:0".parse()?;
     config.metrics_bind = None;
@@ -180,9 +162,7 @@ async fn run_service(
     config.queue_namespace = format!("context-ops-bench-{}", ulid::Ulid::generate());
     config.service_token = Some(TOKEN.into());
     config.jwt_secret = None;
-    let running = server::start(config, Command::Serve)
-        .await
-        .context("service starts")?;
+    let running = server::start(config, Command::Serve).await.context("service starts")?;
     let url = format!("http://{}{MESSAGES_APPEND_PATH}", running.addr);
 
     let bodies = workload.request_bodies();
@@ -203,10 +183,7 @@ async fn run_service(
                 let text = response.text().await?;
                 ensure!(status.is_success(), "append failed with {status}: {text}");
                 let reply: Value = serde_json::from_str(&text)?;
-                ensure!(
-                    reply["skipped"] == 0,
-                    "append skipped messages unexpectedly: {text}"
-                );
+                ensure!(reply["skipped"] == 0, "append skipped messages unexpectedly: {text}");
             }
             anyhow::Ok(())
         })
@@ -240,14 +217,8 @@ async fn bench_sqlite(workload: &Workload) -> anyhow::Result<(f64, f64)> {
     // The baseline table: the DDL SQLite recorded for the service's `messages` table and
     // its indexes, replayed in a fresh file.
     let mut conn = sqlx::SqliteConnection::connect_with(&sqlite_options(&ours_path)).await?;
-    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM messages")
-        .fetch_one(&mut conn)
-        .await?;
-    ensure!(
-        stored as usize == workload.total,
-        "service stored {stored} of {} messages",
-        workload.total
-    );
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM messages").fetch_one(&mut conn).await?;
+    ensure!(stored as usize == workload.total, "service stored {stored} of {} messages", workload.total);
     let ddl: Vec<String> = sqlx::query_scalar(
         "SELECT sql FROM sqlite_master WHERE tbl_name = 'messages' AND sql IS NOT NULL \
          ORDER BY type = 'index', name",
@@ -260,9 +231,7 @@ async fn bench_sqlite(workload: &Workload) -> anyhow::Result<(f64, f64)> {
     let base_path = dir.path().join("baseline.sqlite");
     let mut conn = sqlx::SqliteConnection::connect_with(&sqlite_options(&base_path)).await?;
     for statement in ddl {
-        sqlx::raw_sql(AssertSqlSafe(statement))
-            .execute(&mut conn)
-            .await?;
+        sqlx::raw_sql(AssertSqlSafe(statement)).execute(&mut conn).await?;
     }
     let batches = workload.batches();
     let start = Instant::now();
@@ -336,38 +305,25 @@ async fn bench_postgres(workload: &Workload) -> anyhow::Result<(f64, f64)> {
     let mut admin = PgConnection::connect(&format!("{server}/postgres"))
         .await
         .with_context(|| format!("cannot connect to PostgreSQL at {server}"))?;
-    sqlx::query(AssertSqlSafe(format!(
-        "DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)"
-    )))
-    .execute(&mut admin)
-    .await?;
-    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {PG_DATABASE}")))
+    sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)")))
         .execute(&mut admin)
         .await?;
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {PG_DATABASE}"))).execute(&mut admin).await?;
     admin.close().await?;
 
     let db_url = format!("{server}/{PG_DATABASE}");
     let mut conn = PgConnection::connect(&db_url).await?;
-    let autovacuum: String = sqlx::query_scalar("SHOW autovacuum")
-        .fetch_one(&mut conn)
-        .await?;
+    let autovacuum: String = sqlx::query_scalar("SHOW autovacuum").fetch_one(&mut conn).await?;
     if autovacuum != "on" {
         println!(
             "note: autovacuum is {autovacuum} on this server, so the fresh `messages` table is \
              never ANALYZEd while the benchmark runs and query plans see no statistics"
         );
     }
-    sqlx::raw_sql("CREATE SCHEMA ours; CREATE SCHEMA baseline")
-        .execute(&mut conn)
-        .await?;
+    sqlx::raw_sql("CREATE SCHEMA ours; CREATE SCHEMA baseline").execute(&mut conn).await?;
     checkpoint(&mut conn).await;
 
-    let ours = run_service(
-        &format!("{db_url}?options[search_path]=ours"),
-        Some(redis_url()),
-        workload,
-    )
-    .await?;
+    let ours = run_service(&format!("{db_url}?options[search_path]=ours"), Some(redis_url()), workload).await?;
 
     // The baseline table: a structural copy (columns, constraints, indexes) of the
     // service's migrated `messages` table.
@@ -377,18 +333,10 @@ async fn bench_postgres(workload: &Workload) -> anyhow::Result<(f64, f64)> {
     )
     .execute(&mut conn)
     .await?;
-    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM messages")
-        .fetch_one(&mut conn)
-        .await?;
-    ensure!(
-        stored as usize == workload.total,
-        "service stored {stored} of {} messages",
-        workload.total
-    );
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM messages").fetch_one(&mut conn).await?;
+    ensure!(stored as usize == workload.total, "service stored {stored} of {} messages", workload.total);
     let sample = sample_row_pg(&mut conn).await?;
-    sqlx::raw_sql("SET search_path = baseline")
-        .execute(&mut conn)
-        .await?;
+    sqlx::raw_sql("SET search_path = baseline").execute(&mut conn).await?;
     checkpoint(&mut conn).await;
 
     let batches = workload.batches();
@@ -427,11 +375,7 @@ async fn bench_postgres(workload: &Workload) -> anyhow::Result<(f64, f64)> {
     }
     let copied = copy.finish().await?;
     let baseline = start.elapsed();
-    ensure!(
-        copied as usize == workload.total,
-        "COPY loaded {copied} of {} rows",
-        workload.total
-    );
+    ensure!(copied as usize == workload.total, "COPY loaded {copied} of {} rows", workload.total);
     check_same_row(&sample, &sample_row_pg(&mut conn).await?, "PostgreSQL");
     conn.close().await?;
     Ok((rate(workload.total, ours), rate(workload.total, baseline)))
@@ -487,9 +431,7 @@ fn main() -> anyhow::Result<()> {
     }
     let wanted = |name: &str| selected.is_empty() || selected.contains(&name);
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let workload = Workload::new(total);
     println!(
         "append benchmark: {total} messages, {CLIENTS} clients (one conversation each), \
@@ -515,21 +457,13 @@ fn main() -> anyhow::Result<()> {
     }
 
     println!();
-    println!(
-        "{:<11} {:>14} {:>17} {:>7}  baseline",
-        "backend", "ours msgs/s", "baseline msgs/s", "ratio"
-    );
+    println!("{:<11} {:>14} {:>17} {:>7}  baseline", "backend", "ours msgs/s", "baseline msgs/s", "ratio");
     let mut failed = false;
     for o in &outcomes {
         match &o.result {
-            Ok((ours, baseline)) => println!(
-                "{:<11} {:>14.0} {:>17.0} {:>7.3}  {}",
-                o.backend,
-                ours,
-                baseline,
-                ours / baseline,
-                o.baseline
-            ),
+            Ok((ours, baseline)) => {
+                println!("{:<11} {:>14.0} {:>17.0} {:>7.3}  {}", o.backend, ours, baseline, ours / baseline, o.baseline)
+            }
             Err(e) => {
                 failed = true;
                 println!("{:<11} failed: {e:#}", o.backend);
@@ -537,17 +471,9 @@ fn main() -> anyhow::Result<()> {
         }
     }
     println!();
-    if let Some(Outcome {
-        result: Ok((ours, baseline)),
-        ..
-    }) = outcomes.iter().find(|o| o.backend == "postgresql")
-    {
+    if let Some(Outcome { result: Ok((ours, baseline)), .. }) = outcomes.iter().find(|o| o.backend == "postgresql") {
         let ratio = ours / baseline;
-        let verdict = if ratio >= POSTGRES_TARGET_RATIO {
-            "met"
-        } else {
-            "NOT met"
-        };
+        let verdict = if ratio >= POSTGRES_TARGET_RATIO { "met" } else { "NOT met" };
         println!("target: PostgreSQL ratio >= {POSTGRES_TARGET_RATIO} — {verdict} ({ratio:.3})");
     } else {
         println!("target: PostgreSQL ratio >= {POSTGRES_TARGET_RATIO} — not measured");

@@ -35,10 +35,7 @@ const INFER_PATH: &str = "/internal/v1/context/inference";
 
 fn env_number(name: &str, default: u64) -> anyhow::Result<u64> {
     match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .with_context(|| format!("{name} must be a positive integer")),
+        Ok(v) => v.trim().parse().with_context(|| format!("{name} must be a positive integer")),
         Err(_) => Ok(default),
     }
 }
@@ -63,11 +60,7 @@ fn stats(mut samples: Vec<Duration>, wall: Duration) -> Stats {
 }
 
 /// Run `n` timed tasks, `concurrency` at a time.
-async fn timed<F, Fut>(
-    n: usize,
-    concurrency: usize,
-    task: F,
-) -> anyhow::Result<(Vec<Duration>, Duration)>
+async fn timed<F, Fut>(n: usize, concurrency: usize, task: F) -> anyhow::Result<(Vec<Duration>, Duration)>
 where
     F: Fn(usize) -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
@@ -95,25 +88,13 @@ where
 /// Submit one turn and long-poll it to the end.
 async fn one_operation(client: reqwest::Client, base: String, i: usize) -> anyhow::Result<()> {
     let body = json!({"model": "bench-model", "messages": [{"role": "user", "content": format!("question {i}")}]});
-    let op: Value = client
-        .post(format!("{base}{INFER_PATH}"))
-        .json(&body)
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let op: Value =
+        client.post(format!("{base}{INFER_PATH}")).json(&body).send().await?.error_for_status()?.json().await?;
     let id = op["id"].as_str().context("no operation id")?.to_string();
     let mut version = op["version"].as_i64().unwrap_or(0);
     loop {
         let url = format!("{base}{OPS_PATH}/{id}/wait?sinceVersion={version}&timeoutMs=30000");
-        let op: Value = client
-            .get(url)
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
+        let op: Value = client.get(url).send().await?.error_for_status()?.json().await?;
         match op["state"].as_str() {
             Some("succeeded") => return Ok(()),
             Some("failed" | "cancelled") => bail!("operation {id} ended {}: {op}", op["state"]),
@@ -128,12 +109,8 @@ async fn phases(db: &context_ops::db::Db) -> anyhow::Result<(f64, f64)> {
     let sql = "SELECT CAST(AVG(started_at_ms - created_at_ms) AS DOUBLE PRECISION), \
                CAST(AVG(finished_at_ms - started_at_ms) AS DOUBLE PRECISION) FROM operations WHERE state = 'succeeded'";
     Ok(match db {
-        context_ops::db::Db::Postgres(pool) => {
-            sqlx::query_as::<_, (f64, f64)>(sql).fetch_one(pool).await?
-        }
-        context_ops::db::Db::Sqlite(pool) => {
-            sqlx::query_as::<_, (f64, f64)>(sql).fetch_one(pool).await?
-        }
+        context_ops::db::Db::Postgres(pool) => sqlx::query_as::<_, (f64, f64)>(sql).fetch_one(pool).await?,
+        context_ops::db::Db::Sqlite(pool) => sqlx::query_as::<_, (f64, f64)>(sql).fetch_one(pool).await?,
     })
 }
 
@@ -144,35 +121,26 @@ async fn bench(
     provider_ms: u64,
 ) -> anyhow::Result<(Stats, Stats, (f64, f64))> {
     let fake = FakeProvider::start(vec![]).await;
-    fake.always(
-        Step::ok(completed_text("benchmark answer")).after(Duration::from_millis(provider_ms)),
-    );
+    fake.always(Step::ok(completed_text("benchmark answer")).after(Duration::from_millis(provider_ms)));
     let dir = tempfile::tempdir()?;
     let mut config = Config::defaults();
     config.bind = "127.0.0.1:0".parse()?;
     config.database_url = match backend {
         "sqlite" => format!("sqlite:{}", dir.path().join("bench.sqlite").display()),
         _ => {
-            let server = std::env::var("BENCH_POSTGRES_URL")
-                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+            let server =
+                std::env::var("BENCH_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
             let schema = format!("bench_inference_{}", std::process::id());
             let admin = sqlx::PgPool::connect(&format!("{server}/postgres")).await?;
-            let _ = sqlx::query("CREATE DATABASE context_ops_bench")
-                .execute(&admin)
-                .await;
+            let _ = sqlx::query("CREATE DATABASE context_ops_bench").execute(&admin).await;
             admin.close().await;
             let db = sqlx::PgPool::connect(&format!("{server}/context_ops_bench")).await?;
-            for sql in [
-                format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-                format!("CREATE SCHEMA {schema}"),
-            ] {
+            for sql in [format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), format!("CREATE SCHEMA {schema}")] {
                 sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&db).await?;
             }
             db.close().await;
-            config.redis_url = Some(
-                std::env::var("BENCH_REDIS_URL")
-                    .unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
-            );
+            config.redis_url =
+                Some(std::env::var("BENCH_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()));
             format!("{server}/context_ops_bench?options[search_path]={schema}")
         }
     };
@@ -193,28 +161,15 @@ async fn bench(
         let (client, url) = (client.clone(), format!("{}/v1/responses", fake.url));
         async move {
             let body = json!({"model": "bench-model", "input": [{"role": "user", "content": format!("q {i}")}], "store": false});
-            client
-                .post(url)
-                .json(&body)
-                .send()
-                .await?
-                .error_for_status()?
-                .bytes()
-                .await?;
+            client.post(url).json(&body).send().await?.error_for_status()?.bytes().await?;
             Ok(())
         }
     };
     let (samples, wall) = timed(ops, concurrency, direct).await?;
     let baseline = stats(samples, wall);
-    let (samples, wall) = timed(ops, concurrency, |i| {
-        one_operation(client.clone(), base.clone(), i)
-    })
-    .await?;
+    let (samples, wall) = timed(ops, concurrency, |i| one_operation(client.clone(), base.clone(), i)).await?;
     let ours = stats(samples, wall);
-    ensure!(
-        fake.received().len() >= 2 * ops,
-        "every call reached the fake provider"
-    );
+    ensure!(fake.received().len() >= 2 * ops, "every call reached the fake provider");
     let breakdown = phases(&running.state.db).await?;
     running.stop().await?;
     Ok((baseline, ours, breakdown))
@@ -224,10 +179,7 @@ fn main() -> anyhow::Result<()> {
     let ops = env_number("BENCH_OPS", 200)? as usize;
     let concurrency = env_number("BENCH_CONCURRENCY", 8)? as usize;
     let provider_ms = env_number("BENCH_PROVIDER_MS", 100)?;
-    ensure!(
-        ops > 0 && concurrency > 0,
-        "BENCH_OPS and BENCH_CONCURRENCY must be positive"
-    );
+    ensure!(ops > 0 && concurrency > 0, "BENCH_OPS and BENCH_CONCURRENCY must be positive");
     let mut backends = Vec::new();
     for arg in std::env::args().skip(1).filter(|a| !a.starts_with('-')) {
         match arg.to_ascii_lowercase().as_str() {
@@ -245,32 +197,17 @@ fn main() -> anyhow::Result<()> {
         unsafe { std::env::set_var("RUST_LOG", "error") };
     }
     context_ops::telemetry::init(false);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    println!(
-        "inference benchmark: {ops} operations, concurrency {concurrency}, provider answers in {provider_ms} ms"
-    );
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    println!("inference benchmark: {ops} operations, concurrency {concurrency}, provider answers in {provider_ms} ms");
     for backend in backends {
-        let (baseline, ours, (queue_wait, run)) =
-            runtime.block_on(bench(backend, ops, concurrency, provider_ms))?;
+        let (baseline, ours, (queue_wait, run)) = runtime.block_on(bench(backend, ops, concurrency, provider_ms))?;
         let overhead = (ours.mean / baseline.mean - 1.0) * 100.0;
         println!("\n[{backend}]");
-        println!(
-            "  {:<38} {:>9} {:>9} {:>9} {:>10}",
-            "", "mean ms", "p50 ms", "p95 ms", "wall s"
-        );
-        for (name, s) in [
-            ("baseline: direct provider call", &baseline),
-            ("ours: submit → succeeded (long-poll)", &ours),
-        ] {
-            println!(
-                "  {name:<38} {:>9.1} {:>9.1} {:>9.1} {:>10.2}",
-                s.mean,
-                s.p50,
-                s.p95,
-                s.wall.as_secs_f64()
-            );
+        println!("  {:<38} {:>9} {:>9} {:>9} {:>10}", "", "mean ms", "p50 ms", "p95 ms", "wall s");
+        for (name, s) in
+            [("baseline: direct provider call", &baseline), ("ours: submit → succeeded (long-poll)", &ours)]
+        {
+            println!("  {name:<38} {:>9.1} {:>9.1} {:>9.1} {:>10.2}", s.mean, s.p50, s.p95, s.wall.as_secs_f64());
         }
         println!(
             "  overhead: {overhead:+.1} % of the mean (p50 {:+.1} %), target ≤ 10 % — {}",

@@ -97,7 +97,8 @@ async fn bare_queue(redis: &str, server: &str, n: usize) -> anyhow::Result<f64> 
 /// (a) ours: submit `n` deletes of empty conversations over HTTP and wait for all.
 async fn engine(redis: &str, server: &str, n: usize) -> anyhow::Result<f64> {
     let url = fresh_schema(server).await?;
-    let running = server::start(config(url, redis, &format!("bench-ops-{}", ulid::Ulid::generate())), Command::Serve).await?;
+    let running =
+        server::start(config(url, redis, &format!("bench-ops-{}", ulid::Ulid::generate())), Command::Serve).await?;
     let base = format!("http://{}/internal/v1/context/conversations/delete", running.addr);
     let client = reqwest::Client::new();
     let started = Instant::now();
@@ -105,7 +106,12 @@ async fn engine(redis: &str, server: &str, n: usize) -> anyhow::Result<f64> {
         let (client, base) = (client.clone(), base.clone());
         tokio::spawn(async move {
             for i in (c..n).step_by(8) {
-                let r = client.post(&base).json(&json!({"scope": {"conversationId": format!("empty-{i}")}})).send().await.unwrap();
+                let r = client
+                    .post(&base)
+                    .json(&json!({"scope": {"conversationId": format!("empty-{i}")}}))
+                    .send()
+                    .await
+                    .unwrap();
                 assert_eq!(r.status(), 202);
             }
         })
@@ -115,7 +121,8 @@ async fn engine(redis: &str, server: &str, n: usize) -> anyhow::Result<f64> {
     let db = running.state.db.clone();
     let Db::Postgres(pool) = &db else { anyhow::bail!("expected PostgreSQL") };
     loop {
-        let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM operations WHERE state = 'succeeded'").fetch_one(pool).await?;
+        let done: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM operations WHERE state = 'succeeded'").fetch_one(pool).await?;
         if done as usize >= n {
             break;
         }
@@ -151,7 +158,8 @@ async fn seed(pool: &sqlx::PgPool, conversation: &str, n: i64) -> anyhow::Result
 /// (b) a delete operation of `n` messages vs one DELETE statement, in seconds.
 async fn delete(redis: &str, server: &str, n: i64) -> anyhow::Result<(f64, f64)> {
     let url = fresh_schema(server).await?;
-    let running = server::start(config(url, redis, &format!("bench-del-{}", ulid::Ulid::generate())), Command::Serve).await?;
+    let running =
+        server::start(config(url, redis, &format!("bench-del-{}", ulid::Ulid::generate())), Command::Serve).await?;
     let Db::Postgres(pool) = running.state.db.clone() else { anyhow::bail!("expected PostgreSQL") };
     seed(&pool, "ours", n).await?;
     seed(&pool, "baseline", n).await?;
@@ -166,7 +174,8 @@ async fn delete(redis: &str, server: &str, n: i64) -> anyhow::Result<(f64, f64)>
         .await?;
     let id = r["id"].as_str().unwrap().to_string();
     loop {
-        let state: String = sqlx::query_scalar("SELECT state FROM operations WHERE id = $1").bind(&id).fetch_one(&pool).await?;
+        let state: String =
+            sqlx::query_scalar("SELECT state FROM operations WHERE id = $1").bind(&id).fetch_one(&pool).await?;
         if state == "succeeded" {
             break;
         }
@@ -201,6 +210,10 @@ async fn main() -> anyhow::Result<()> {
     let (ours, baseline) = delete(&redis, &server, m).await?;
     println!("(b) delete of {m} messages, PostgreSQL");
     println!("    one DELETE statement   : {baseline:>10.2} s ({:.0} rows/s)", m as f64 / baseline);
-    println!("    delete operation       : {ours:>10.2} s ({:.0} rows/s)   ratio {:.2} (target >= 0.5)", m as f64 / ours, baseline / ours);
+    println!(
+        "    delete operation       : {ours:>10.2} s ({:.0} rows/s)   ratio {:.2} (target >= 0.5)",
+        m as f64 / ours,
+        baseline / ours
+    );
     Ok(())
 }

@@ -112,7 +112,8 @@ impl Authenticator {
         {
             let c = data.claims;
             for (what, v) in [("tenant_id", &c.tenant_id), ("project_id", &c.project_id)] {
-                validate_resource_id(what, v).map_err(|e| AppError::Unauthorized(format!("invalid credentials: {e}")))?;
+                validate_resource_id(what, v)
+                    .map_err(|e| AppError::Unauthorized(format!("invalid credentials: {e}")))?;
                 if v.contains('/') {
                     return Err(AppError::Unauthorized(format!("invalid credentials: {what} must not contain '/'")));
                 }
@@ -132,11 +133,7 @@ impl Authenticator {
 
 fn default_caller(subject: &str) -> Caller {
     Caller {
-        scope: AuthorizedScope {
-            tenant_id: "default".into(),
-            project_id: "default".into(),
-            subject: subject.into(),
-        },
+        scope: AuthorizedScope { tenant_id: "default".into(), project_id: "default".into(), subject: subject.into() },
         tenant: TenantKey::default_tenant(),
     }
 }

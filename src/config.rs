@@ -7,7 +7,11 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "context-ops", version, about = "Durable conversation context and pollable operations for agent runtimes")]
+#[command(
+    name = "context-ops",
+    version,
+    about = "Durable conversation context and pollable operations for agent runtimes"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub config: Config,
@@ -203,7 +207,10 @@ impl Config {
             "CONTEXT_OPS_EMBEDDER must be `hashing` or `openai`"
         );
         if self.embedder == "openai" {
-            anyhow::ensure!(self.embeddings_base_url.is_some(), "CONTEXT_OPS_EMBEDDINGS_BASE_URL is required with the openai embedder");
+            anyhow::ensure!(
+                self.embeddings_base_url.is_some(),
+                "CONTEXT_OPS_EMBEDDINGS_BASE_URL is required with the openai embedder"
+            );
         }
         anyhow::ensure!((8..=4096).contains(&self.embedding_dim), "CONTEXT_OPS_EMBEDDING_DIM must be in 8..=4096");
         anyhow::ensure!(self.artifact_chunk_bytes >= 4096, "CONTEXT_OPS_ARTIFACT_CHUNK_BYTES must be at least 4096");

@@ -43,9 +43,7 @@ macro_rules! with_pool {
 /// `SQLITE_BUSY` instead of waiting.
 pub trait BeginWrite {
     type Database: sqlx::Database;
-    fn begin_write(
-        &self,
-    ) -> impl Future<Output = Result<Transaction<'static, Self::Database>, sqlx::Error>> + Send;
+    fn begin_write(&self) -> impl Future<Output = Result<Transaction<'static, Self::Database>, sqlx::Error>> + Send;
 }
 
 impl BeginWrite for PgPool {
@@ -122,9 +120,7 @@ impl Db {
                 .with_context(|| format!("cannot open SQLite database {shown}"))?;
             Ok(Db::Sqlite(pool))
         } else {
-            anyhow::bail!(
-                "unsupported DATABASE_URL {shown}: expected postgres://… or sqlite:…"
-            )
+            anyhow::bail!("unsupported DATABASE_URL {shown}: expected postgres://… or sqlite:…")
         }
     }
 

@@ -90,9 +90,9 @@ impl From<StoreError> for AppError {
 impl From<JsonRejection> for AppError {
     fn from(rejection: JsonRejection) -> Self {
         match rejection {
-            JsonRejection::MissingJsonContentType(_) => AppError::UnsupportedMediaType(
-                "expected a request body with content-type: application/json".into(),
-            ),
+            JsonRejection::MissingJsonContentType(_) => {
+                AppError::UnsupportedMediaType("expected a request body with content-type: application/json".into())
+            }
             JsonRejection::JsonDataError(e) => AppError::BadRequest(format!("invalid request body: {}", e.body_text())),
             JsonRejection::JsonSyntaxError(e) => AppError::BadRequest(format!("malformed JSON: {}", e.body_text())),
             JsonRejection::BytesRejection(e) => {

@@ -15,9 +15,8 @@ pub const HTTP_DURATION: &str = "context_ops_http_request_duration_seconds";
 pub const MESSAGES_APPENDED: &str = "context_ops_messages_appended_total";
 pub const MESSAGES_SKIPPED: &str = "context_ops_messages_skipped_total";
 
-const LATENCY_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
-];
+const LATENCY_BUCKETS: &[f64] =
+    &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0];
 
 /// The process-wide Prometheus handle; the recorder is installed on first use.
 pub fn handle() -> PrometheusHandle {

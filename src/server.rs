@@ -94,7 +94,9 @@ pub async fn start(config: Config, command: Command) -> anyhow::Result<Running> 
     let mut metrics_addr = None;
     // Bind every listener before spawning anything, so a failed bind leaks nothing.
     let api_listener = match command.runs_api() {
-        true => Some(TcpListener::bind(config.bind).await.with_context(|| format!("cannot listen on {}", config.bind))?),
+        true => {
+            Some(TcpListener::bind(config.bind).await.with_context(|| format!("cannot listen on {}", config.bind))?)
+        }
         false => None,
     };
     let metrics_listener = match config.metrics_bind {

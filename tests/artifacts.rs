@@ -3,9 +3,9 @@
 //! base64 and digest checks, corrupted artifacts of every kind, inline imports and their
 //! idempotency, tenant walls, and SIGKILL of the real binary mid-export and mid-import.
 
-mod common;
 #[path = "support/child.rs"]
 mod child;
+mod common;
 
 use std::time::{Duration, Instant};
 
@@ -38,8 +38,11 @@ async fn wait_terminal(app: &TestApp, id: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut version = -1i64;
     loop {
-        let path =
-            if version < 0 { format!("{OPS}/{id}") } else { format!("{OPS}/{id}/wait?sinceVersion={version}&timeoutMs=5000") };
+        let path = if version < 0 {
+            format!("{OPS}/{id}")
+        } else {
+            format!("{OPS}/{id}/wait?sinceVersion={version}&timeoutMs=5000")
+        };
         let (status, op) = app.get(&path).await;
         assert_eq!(status, 200, "{op}");
         if ["succeeded", "failed", "cancelled"].contains(&op["state"].as_str().unwrap()) {
@@ -357,7 +360,8 @@ async fn uploads_check_offsets_base64_and_digest(app: TestApp) {
     let bytes = join_lines(&artifact_lines("up", 5));
     let (_, created) = app.post(UPLOADS, &json!({})).await;
     let id = created["id"].as_str().unwrap().to_string();
-    let piece = |offset: usize, data: &[u8]| json!({"artifactId": id, "offset": offset, "dataBase64": STANDARD.encode(data)});
+    let piece =
+        |offset: usize, data: &[u8]| json!({"artifactId": id, "offset": offset, "dataBase64": STANDARD.encode(data)});
 
     // Not importable while uploading.
     let (status, body) = app.post(IMPORTS, &json!({"artifactRef": id, "idempotencyKey": "early"})).await;
@@ -505,11 +509,13 @@ async fn inline_import_sequences_idempotency_and_validation(app: TestApp) {
     assert_eq!((status, e["content"].as_str()), (200, Some("imported fact")));
 
     // The generic submission path takes the same request.
-    let advanced = json!({"kind": "import", "request": {"idempotencyKey": "adv", "messages": [message("mix", "z", "user", "z")]}});
+    let advanced =
+        json!({"kind": "import", "request": {"idempotencyKey": "adv", "messages": [message("mix", "z", "user", "z")]}});
     let (status, adv) = app.post("/internal/v1/context/advanced-operations", &advanced).await;
     assert_eq!(status, 202, "{adv}");
     assert_eq!(wait_terminal(&app, adv["id"].as_str().unwrap()).await["result"]["messages"]["inserted"], 1);
-    let (status, adv) = app.post("/internal/v1/context/advanced-operations", &json!({"kind": "export", "request": {}})).await;
+    let (status, adv) =
+        app.post("/internal/v1/context/advanced-operations", &json!({"kind": "export", "request": {}})).await;
     assert_eq!(status, 202, "{adv}");
 
     // Exactly one source, a key, the append limits, well-formed ids: else 400, no operation.
@@ -546,7 +552,8 @@ const JWT_SECRET: &str = "0123456789abcdef0123456789abcdef";
 
 fn token(tenant: &str) -> String {
     let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 600;
-    let claims = json!({"aud": "agent-context-infra", "sub": "svc", "tenant_id": tenant, "project_id": "p", "exp": exp});
+    let claims =
+        json!({"aud": "agent-context-infra", "sub": "svc", "tenant_id": tenant, "project_id": "p", "exp": exp});
     jsonwebtoken::encode(
         &jsonwebtoken::Header::default(),
         &claims,
@@ -555,7 +562,13 @@ fn token(tenant: &str) -> String {
     .unwrap()
 }
 
-async fn send_as(app: &TestApp, token: &str, method: reqwest::Method, path: &str, body: Option<&Value>) -> (u16, Value) {
+async fn send_as(
+    app: &TestApp,
+    token: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
     let mut request = app.client.request(method, app.url(path)).bearer_auth(token);
     if let Some(body) = body {
         request = request.json(body);
@@ -595,7 +608,8 @@ async fn another_tenants_artifacts_are_404(backend: Backend) {
     let id = theirs["id"].as_str().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let done = loop {
-        let (_, op) = send_as(&app, &beta, reqwest::Method::GET, &format!("{OPS}/{id}/wait?timeoutMs=2000"), None).await;
+        let (_, op) =
+            send_as(&app, &beta, reqwest::Method::GET, &format!("{OPS}/{id}/wait?timeoutMs=2000"), None).await;
         if op["state"] == "succeeded" {
             break op;
         }
@@ -693,7 +707,9 @@ impl TestDb {
                           '\"message ' || g || ' of a conversation that is long enough to matter\"', 'message ' || g, 1000 + g";
             let sql = match self {
                 TestDb::Pg(_) => format!("{columns} {select} FROM generate_series(1, $3::BIGINT) AS g"),
-                TestDb::Lite(_) => format!("WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < $3) {columns} {select} FROM s"),
+                TestDb::Lite(_) => format!(
+                    "WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < $3) {columns} {select} FROM s"
+                ),
             };
             on_pool!(self, pool => {
                 sqlx::query(sqlx::AssertSqlSafe(sql)).bind(*conversation).bind(scope.as_str()).bind(n).execute(pool).await.unwrap();
@@ -778,7 +794,13 @@ async fn http(client: &reqwest::Client, base: &str, path: &str, body: Option<&Va
 }
 
 /// Long-poll until `done(op)` holds.
-async fn poll_until(client: &reqwest::Client, base: &str, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+async fn poll_until(
+    client: &reqwest::Client,
+    base: &str,
+    id: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut op = http(client, base, &format!("{OPS}/{id}"), None).await;
     while !done(&op) {
@@ -795,7 +817,9 @@ fn terminal(op: &Value) -> bool {
 async fn fetch(client: &reqwest::Client, base: &str, artifact: &str) -> Vec<u8> {
     let mut bytes = Vec::new();
     loop {
-        let chunk = http(client, base, CHUNK, Some(&json!({"artifactId": artifact, "offset": bytes.len(), "limit": 4 << 20}))).await;
+        let chunk =
+            http(client, base, CHUNK, Some(&json!({"artifactId": artifact, "offset": bytes.len(), "limit": 4 << 20})))
+                .await;
         bytes.extend(STANDARD.decode(chunk["dataBase64"].as_str().unwrap()).unwrap());
         if chunk["eof"] == true {
             assert_eq!(chunk["digest"].as_str().unwrap(), ArtifactDigest::of(&bytes));
@@ -829,12 +853,15 @@ async fn sigkill_mid_export_and_mid_import(backend: Backend) {
     let mut a = spawn(&env, "serve-a");
     a.wait_healthy(&client, healthy).await;
     let export_id = http(&client, &a.base, EXPORTS, Some(&json!({}))).await["id"].as_str().unwrap().to_string();
-    let seen = poll_until(&client, &a.base, &export_id, "part-way", |op| terminal(op) || op["processed"].as_i64() > Some(0)).await;
+    let seen =
+        poll_until(&client, &a.base, &export_id, "part-way", |op| terminal(op) || op["processed"].as_i64() > Some(0))
+            .await;
     a.proc.kill();
     let (state, at_kill, _, checkpoint) = db.operation(&export_id).await;
     assert_eq!(state, "running", "the export finished before SIGKILL landed: {seen}");
     assert!(at_kill > 0 && at_kill < total, "killed outside the middle: {at_kill}");
-    let carry = serde_json::from_str::<Value>(&checkpoint.unwrap()).unwrap()["encoder"]["carry"].as_str().unwrap().len();
+    let carry =
+        serde_json::from_str::<Value>(&checkpoint.unwrap()).unwrap()["encoder"]["carry"].as_str().unwrap().len();
     println!("[{backend:?}] export SIGKILLed at {at_kill}/{total} records (checkpointed carry: {carry} base64 chars)");
 
     let mut b = spawn(&env, "serve-b");

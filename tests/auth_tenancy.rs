@@ -20,10 +20,7 @@ const LIST: &str = "/internal/v1/context/conversations:list";
 const JWT_SECRET: &str = "0123456789abcdef0123456789abcdef";
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
 }
 
 fn claims(tenant: &str, project: &str) -> Value {
@@ -32,12 +29,7 @@ fn claims(tenant: &str, project: &str) -> Value {
 }
 
 fn mint_with(header: &Header, secret: &str, claims: &Value) -> String {
-    jsonwebtoken::encode(
-        header,
-        claims,
-        &EncodingKey::from_secret(secret.as_bytes()).unwrap(),
-    )
-    .unwrap()
+    jsonwebtoken::encode(header, claims, &EncodingKey::from_secret(secret.as_bytes()).unwrap()).unwrap()
 }
 
 fn mint(claims: &Value) -> String {
@@ -57,10 +49,7 @@ fn ids(body: &Value) -> Vec<String> {
 fn every_endpoint() -> Vec<(&'static str, Value)> {
     let scope = json!({"conversationId": "c"});
     vec![
-        (
-            APPEND,
-            json!({"messages": [message("c", "m", "user", "x")]}),
-        ),
+        (APPEND, json!({"messages": [message("c", "m", "user", "x")]})),
         (RECENT, json!({"scope": scope})),
         (PAGE, json!({"scope": scope})),
         (SEARCH, json!({"scope": scope, "query": "x"})),
@@ -69,20 +58,9 @@ fn every_endpoint() -> Vec<(&'static str, Value)> {
 }
 
 /// POST with a raw `Authorization` header value (not necessarily `Bearer …`).
-async fn post_with_header(
-    app: &TestApp,
-    authorization: &str,
-    path: &str,
-    body: &Value,
-) -> (u16, Value) {
-    let response = app
-        .client
-        .post(app.url(path))
-        .header("authorization", authorization)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
+async fn post_with_header(app: &TestApp, authorization: &str, path: &str, body: &Value) -> (u16, Value) {
+    let response =
+        app.client.post(app.url(path)).header("authorization", authorization).json(body).send().await.unwrap();
     common::read(response).await
 }
 
@@ -107,31 +85,17 @@ async fn open_mode_accepts_requests_without_credentials() {
     assert!(app.running().state.auth.is_open());
     for (path, body) in every_endpoint() {
         let (status, response) = app.post(path, &body).await;
-        assert_eq!(
-            status, 200,
-            "{path} without credentials in open mode: {response}"
-        );
+        assert_eq!(status, 200, "{path} without credentials in open mode: {response}");
     }
-    let (_, body) = app
-        .post(RECENT, &json!({"scope": {"conversationId": "c"}}))
-        .await;
+    let (_, body) = app.post(RECENT, &json!({"scope": {"conversationId": "c"}})).await;
     assert_eq!(ids(&body), ["m"]);
     // Any presented credential is ignored: everyone is the one default tenant.
-    let (status, body) = app
-        .post_as(
-            Some("whatever"),
-            RECENT,
-            &json!({"scope": {"conversationId": "c"}}),
-        )
-        .await;
+    let (status, body) = app.post_as(Some("whatever"), RECENT, &json!({"scope": {"conversationId": "c"}})).await;
     assert_eq!(status, 200);
     assert_eq!(ids(&body), ["m"], "open mode has a single tenant");
     assert_health_is_public(&app).await;
     let (status, text) = get_as(&app, None, "/metrics").await;
-    assert_eq!(
-        status, 200,
-        "open mode serves /metrics without credentials: {text}"
-    );
+    assert_eq!(status, 200, "open mode serves /metrics without credentials: {text}");
     assert!(text.contains("context_ops_http_requests_total"), "{text}");
     app.stop().await;
 }
@@ -140,10 +104,7 @@ async fn open_mode_accepts_requests_without_credentials() {
 async fn static_token_mode_requires_the_exact_token() {
     let token = common::unique("tok");
     let configured = token.clone();
-    let app = TestApp::start_with(Backend::Sqlite, |config| {
-        config.service_token = Some(configured)
-    })
-    .await;
+    let app = TestApp::start_with(Backend::Sqlite, |config| config.service_token = Some(configured)).await;
     assert_eq!(app.running().state.auth.mode(), "static-token");
 
     // Every message endpoint refuses a request without credentials, before touching the body.
@@ -159,12 +120,7 @@ async fn static_token_mode_requires_the_exact_token() {
         let (status, body) = app.post_as(Some(wrong), RECENT, &recent).await;
         assert_api_error(status, &body, 401);
     }
-    for header in [
-        format!("Basic {token}"),
-        token.clone(),
-        "Bearer ".to_string(),
-        "Bearer".to_string(),
-    ] {
+    for header in [format!("Basic {token}"), token.clone(), "Bearer ".to_string(), "Bearer".to_string()] {
         let (status, body) = post_with_header(&app, &header, RECENT, &recent).await;
         assert_api_error(status, &body, 401);
     }
@@ -189,30 +145,19 @@ async fn static_token_mode_requires_the_exact_token() {
     assert_api_error(status, &serde_json::from_str(&text).unwrap(), 401);
     let (status, text) = get_as(&app, Some(&token), "/metrics").await;
     assert_eq!(status, 200, "{text}");
-    assert!(
-        text.contains("context_ops_http_requests_total"),
-        "Prometheus text expected: {text}"
-    );
+    assert!(text.contains("context_ops_http_requests_total"), "Prometheus text expected: {text}");
     app.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jwt_mode_accepts_only_valid_gateway_tokens() {
-    let app = TestApp::start_with(Backend::Sqlite, |config| {
-        config.jwt_secret = Some(JWT_SECRET.into())
-    })
-    .await;
+    let app = TestApp::start_with(Backend::Sqlite, |config| config.jwt_secret = Some(JWT_SECRET.into())).await;
     assert_eq!(app.running().state.auth.mode(), "jwt");
     let recent = json!({"scope": {"conversationId": "c"}});
 
     let valid = mint(&claims("t1", "p1"));
-    let (status, body) = app
-        .post_as(
-            Some(&valid),
-            APPEND,
-            &json!({"messages": [message("c", "m", "user", "x")]}),
-        )
-        .await;
+    let (status, body) =
+        app.post_as(Some(&valid), APPEND, &json!({"messages": [message("c", "m", "user", "x")]})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body, json!({"appended": 1, "skipped": 0}));
     let (status, body) = app.post_as(Some(&valid), RECENT, &recent).await;
@@ -242,29 +187,12 @@ async fn jwt_mode_accepts_only_valid_gateway_tokens() {
         c
     };
     let rejected: Vec<(&str, String)> = vec![
-        (
-            "wrong audience",
-            mint(&with(json!({"aud": "someone-else"}))),
-        ),
+        ("wrong audience", mint(&with(json!({"aud": "someone-else"})))),
         ("missing audience", mint(&without("aud"))),
         ("expired", mint(&with(json!({"exp": now_secs() - 600})))),
         ("missing exp", mint(&without("exp"))),
-        (
-            "wrong secret",
-            mint_with(
-                &Header::default(),
-                "ffffffffffffffffffffffffffffffff",
-                &claims("t1", "p1"),
-            ),
-        ),
-        (
-            "HS512 instead of HS256",
-            mint_with(
-                &Header::new(Algorithm::HS512),
-                JWT_SECRET,
-                &claims("t1", "p1"),
-            ),
-        ),
+        ("wrong secret", mint_with(&Header::default(), "ffffffffffffffffffffffffffffffff", &claims("t1", "p1"))),
+        ("HS512 instead of HS256", mint_with(&Header::new(Algorithm::HS512), JWT_SECRET, &claims("t1", "p1"))),
         ("missing tenant claim", mint(&without("tenant_id"))),
         ("missing project claim", mint(&without("project_id"))),
         ("missing subject", mint(&without("sub"))),
@@ -272,10 +200,7 @@ async fn jwt_mode_accepts_only_valid_gateway_tokens() {
         ("'/' in tenant", mint(&claims("t1/p1", "x"))),
         ("'/' in project", mint(&claims("t1", "p1/x"))),
         ("not a JWT", "tok-not-a-jwt".into()),
-        (
-            "tampered signature",
-            format!("{}x", &valid[..valid.len() - 1]),
-        ),
+        ("tampered signature", format!("{}x", &valid[..valid.len() - 1])),
     ];
     for (what, token) in &rejected {
         let (status, body) = app.post_as(Some(token), RECENT, &recent).await;
@@ -305,28 +230,14 @@ async fn token_and_jwt_together_accept_either_in_separate_tenants() {
     assert_eq!(app.running().state.auth.mode(), "static-token+jwt");
     let jwt = mint(&claims("t1", "p1"));
     let recent = json!({"scope": {"conversationId": "c"}});
-    let (status, body) = app
-        .post_as(
-            Some(&token),
-            APPEND,
-            &json!({"messages": [message("c", "by-token", "user", "x")]}),
-        )
-        .await;
+    let (status, body) =
+        app.post_as(Some(&token), APPEND, &json!({"messages": [message("c", "by-token", "user", "x")]})).await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = app
-        .post_as(
-            Some(&jwt),
-            APPEND,
-            &json!({"messages": [message("c", "by-jwt", "user", "x")]}),
-        )
-        .await;
+    let (status, body) =
+        app.post_as(Some(&jwt), APPEND, &json!({"messages": [message("c", "by-jwt", "user", "x")]})).await;
     assert_eq!(status, 200, "{body}");
     let (_, body) = app.post_as(Some(&token), RECENT, &recent).await;
-    assert_eq!(
-        ids(&body),
-        ["by-token"],
-        "the static token is the default tenant"
-    );
+    assert_eq!(ids(&body), ["by-token"], "the static token is the default tenant");
     let (_, body) = app.post_as(Some(&jwt), RECENT, &recent).await;
     assert_eq!(ids(&body), ["by-jwt"], "the JWT caller is tenant t1/p1");
     let (status, body) = app.post_as(Some("wrong"), RECENT, &recent).await;
@@ -347,36 +258,16 @@ async fn separate_metrics_listener_is_public_and_api_listener_drops_metrics() {
     assert_ne!(metrics_addr, app.running().addr);
     assert_ne!(metrics_addr.port(), 0);
     // Generate some traffic on the API listener so there is something to export.
-    let (status, _) = app
-        .post_as(
-            Some(&token),
-            RECENT,
-            &json!({"scope": {"conversationId": "c"}}),
-        )
-        .await;
+    let (status, _) = app.post_as(Some(&token), RECENT, &json!({"scope": {"conversationId": "c"}})).await;
     assert_eq!(status, 200);
 
-    let response = app
-        .client
-        .get(format!("http://{metrics_addr}/metrics"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        response.status().as_u16(),
-        200,
-        "metrics listener needs no credentials"
-    );
-    let content_type = response.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let response = app.client.get(format!("http://{metrics_addr}/metrics")).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200, "metrics listener needs no credentials");
+    let content_type = response.headers()["content-type"].to_str().unwrap().to_string();
     assert!(content_type.starts_with("text/plain"), "{content_type}");
     let text = response.text().await.unwrap();
     assert!(
-        text.contains(
-            r#"context_ops_http_requests_total{route="/internal/v1/context/messages/recent""#
-        ),
+        text.contains(r#"context_ops_http_requests_total{route="/internal/v1/context/messages/recent""#),
         "API traffic is exported on the metrics listener: {text}"
     );
     // The public listener serves nothing but /metrics.
@@ -387,11 +278,7 @@ async fn separate_metrics_listener_is_public_and_api_listener_drops_metrics() {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        response.status().as_u16(),
-        404,
-        "the API must not be reachable on the metrics listener"
-    );
+    assert_eq!(response.status().as_u16(), 404, "the API must not be reachable on the metrics listener");
     // With a metrics listener, the API listener no longer serves /metrics at all.
     let (status, text) = get_as(&app, Some(&token), "/metrics").await;
     assert_api_error(status, &serde_json::from_str(&text).unwrap(), 404);
@@ -403,25 +290,15 @@ async fn assert_sees_nothing(app: &TestApp, who: &str, token: &str, reads: &[(&s
     for (path, body) in reads {
         let (status, response) = app.post_as(Some(token), path, body).await;
         assert_eq!(status, 200, "{who} {path}: {response}");
-        assert_eq!(
-            response["items"],
-            json!([]),
-            "{who} must not see tenant A's data via {path} {body}"
-        );
-        assert!(
-            response.get("nextCursor").is_none(),
-            "{who} {path}: {response}"
-        );
+        assert_eq!(response["items"], json!([]), "{who} must not see tenant A's data via {path} {body}");
+        assert!(response.get("nextCursor").is_none(), "{who} {path}: {response}");
     }
 }
 
 /// Tenant A (t1/p1) writes; tenants B (t2/p1) and C (t1/p2) use the same conversation,
 /// agent and record ids and must neither see A's data nor collide with it.
 async fn tenants_are_isolated(backend: Backend) {
-    let app = TestApp::start_with(backend, |config| {
-        config.jwt_secret = Some(JWT_SECRET.into())
-    })
-    .await;
+    let app = TestApp::start_with(backend, |config| config.jwt_secret = Some(JWT_SECRET.into())).await;
     let a = mint(&claims("t1", "p1"));
     let b = mint(&claims("t2", "p1"));
     let c = mint(&claims("t1", "p2"));
@@ -437,11 +314,7 @@ async fn tenants_are_isolated(backend: Backend) {
     let list = json!({"agentId": "agent-x"});
 
     let (status, body) = app
-        .post_as(
-            Some(&a),
-            APPEND,
-            &json!({"messages": [record("m1", "alpha one"), record("m2", "alpha two")]}),
-        )
+        .post_as(Some(&a), APPEND, &json!({"messages": [record("m1", "alpha one"), record("m2", "alpha two")]}))
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body, json!({"appended": 2, "skipped": 0}));
@@ -453,64 +326,30 @@ async fn tenants_are_isolated(backend: Backend) {
     assert_eq!(a_list_before["items"][0]["conversationId"], "shared-id");
     assert_eq!(a_list_before["items"][0]["messageCount"], 2);
 
-    let reads = [
-        (RECENT, &recent),
-        (PAGE, &page),
-        (SEARCH, &search_all),
-        (SEARCH, &search_a),
-        (LIST, &list),
-    ];
+    let reads = [(RECENT, &recent), (PAGE, &page), (SEARCH, &search_all), (SEARCH, &search_a), (LIST, &list)];
     assert_sees_nothing(&app, "tenant B (other tenant, same project)", &b, &reads).await;
     assert_sees_nothing(&app, "tenant C (same tenant, other project)", &c, &reads).await;
 
     // B reuses A's conversation and record ids: its own, fresh records.
-    let (status, body) = app
-        .post_as(
-            Some(&b),
-            APPEND,
-            &json!({"messages": [record("m1", "beta one"), record("m2", "beta two")]}),
-        )
-        .await;
+    let (status, body) =
+        app.post_as(Some(&b), APPEND, &json!({"messages": [record("m1", "beta one"), record("m2", "beta two")]})).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(
-        body,
-        json!({"appended": 2, "skipped": 0}),
-        "same ids in another tenant are not duplicates"
-    );
+    assert_eq!(body, json!({"appended": 2, "skipped": 0}), "same ids in another tenant are not duplicates");
     let (_, body) = app.post_as(Some(&b), RECENT, &recent).await;
     assert_eq!(ids(&body), ["m1", "m2"]);
-    let seqs: Vec<i64> = body["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["sequence"].as_i64().unwrap())
-        .collect();
-    assert_eq!(
-        seqs,
-        [1, 2],
-        "B's conversation has its own sequence, starting at 1"
-    );
+    let seqs: Vec<i64> = body["items"].as_array().unwrap().iter().map(|i| i["sequence"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, [1, 2], "B's conversation has its own sequence, starting at 1");
     assert_eq!(body["items"][0]["content"], "beta one");
     assert_eq!(body["items"][1]["content"], "beta two");
     let (_, body) = app.post_as(Some(&b), SEARCH, &search_a).await;
-    assert_eq!(
-        body["items"],
-        json!([]),
-        "B's search must not reach A's text"
-    );
+    assert_eq!(body["items"], json!([]), "B's search must not reach A's text");
     let (_, body) = app.post_as(Some(&b), LIST, &list).await;
     assert_eq!(body["items"].as_array().unwrap().len(), 1);
-    assert_eq!(
-        body["items"][0]["messageCount"], 2,
-        "B's count is B's alone"
-    );
+    assert_eq!(body["items"][0]["messageCount"], 2, "B's count is B's alone");
 
     // A is unchanged: same records, same sequences, same content, same count.
     let (_, a_after) = app.post_as(Some(&a), RECENT, &recent).await;
-    assert_eq!(
-        a_after, a_before,
-        "tenant B's append must not change tenant A's conversation"
-    );
+    assert_eq!(a_after, a_before, "tenant B's append must not change tenant A's conversation");
     assert_eq!(a_after["items"][0]["content"], "alpha one");
     assert_eq!(a_after["items"][0]["sequence"], 1);
     assert_eq!(a_after["items"][1]["sequence"], 2);
@@ -518,17 +357,10 @@ async fn tenants_are_isolated(backend: Backend) {
     assert_eq!(ids(&body), ["m1", "m2"]);
     assert_eq!(body["items"], a_before["items"]);
     let (_, a_list_after) = app.post_as(Some(&a), LIST, &list).await;
-    assert_eq!(
-        a_list_after, a_list_before,
-        "A's conversation summary unchanged"
-    );
+    assert_eq!(a_list_after, a_list_before, "A's conversation summary unchanged");
     // A retrying its own batch is still a no-op for A.
     let (_, body) = app
-        .post_as(
-            Some(&a),
-            APPEND,
-            &json!({"messages": [record("m1", "alpha one"), record("m2", "alpha two")]}),
-        )
+        .post_as(Some(&a), APPEND, &json!({"messages": [record("m1", "alpha one"), record("m2", "alpha two")]}))
         .await;
     assert_eq!(body, json!({"appended": 0, "skipped": 2}));
     // C still sees nothing after B wrote.

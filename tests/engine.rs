@@ -31,16 +31,13 @@ const DUPLICATES: &str = "context_ops_duplicate_deliveries_total";
 // ---------------------------------------------------------------------------------------
 
 async fn seed(app: &TestApp, conversation: &str, n: usize) {
-    let records: Vec<Value> = (0..n)
-        .map(|i| message(conversation, &format!("{conversation}-{i:04}"), "user", "x"))
-        .collect();
+    let records: Vec<Value> =
+        (0..n).map(|i| message(conversation, &format!("{conversation}-{i:04}"), "user", "x")).collect();
     app.append(records).await;
 }
 
 async fn submit_delete(app: &TestApp, conversation: &str) -> String {
-    let (status, op) = app
-        .post(DELETE, &json!({"scope": {"conversationId": conversation}}))
-        .await;
+    let (status, op) = app.post(DELETE, &json!({"scope": {"conversationId": conversation}})).await;
     assert_eq!(status, 202, "{op}");
     op["id"].as_str().unwrap().to_string()
 }
@@ -56,14 +53,8 @@ async fn wait_terminal(app: &TestApp, id: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut op = get_op(app, id).await;
     while !["succeeded", "failed", "cancelled"].contains(&op["state"].as_str().unwrap()) {
-        assert!(
-            Instant::now() < deadline,
-            "operation {id} did not finish: {op}"
-        );
-        let path = format!(
-            "{OPS}/{id}/wait?sinceVersion={}&timeoutMs=5000",
-            op["version"]
-        );
+        assert!(Instant::now() < deadline, "operation {id} did not finish: {op}");
+        let path = format!("{OPS}/{id}/wait?sinceVersion={}&timeoutMs=5000", op["version"]);
         let (status, next) = app.get(&path).await;
         assert_eq!(status, 200, "{next}");
         op = next;
@@ -107,10 +98,7 @@ async fn wait_row(app: &TestApp, id: &str, what: &str, done: impl Fn(&OpRow) -> 
         if done(&row) {
             return row;
         }
-        assert!(
-            Instant::now() < deadline,
-            "operation {id} not {what}: {row:?}"
-        );
+        assert!(Instant::now() < deadline, "operation {id} not {what}: {row:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -140,10 +128,7 @@ async fn wait_metric_at_least(app: &TestApp, name: &str, labels: &[(&str, &str)]
         if value >= at_least {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{name}{labels:?} is {value}, expected ≥ {at_least}"
-        );
+        assert!(Instant::now() < deadline, "{name}{labels:?} is {value}, expected ≥ {at_least}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -165,32 +150,19 @@ struct Locker {
 impl Locker {
     /// Lock the messages of `conversation` with a sequence above `above`.
     async fn lock(app: &TestApp, conversation: &str, above: i64) -> Locker {
-        let mut holder = sqlx::PgConnection::connect(&app.database_url)
-            .await
-            .unwrap();
+        let mut holder = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
         sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
-        let locked: Vec<i64> = sqlx::query_scalar(
-            "SELECT sequence FROM messages WHERE conversation_id = $1 AND sequence > $2 FOR UPDATE",
-        )
-        .bind(conversation)
-        .bind(above)
-        .fetch_all(&mut holder)
-        .await
-        .unwrap();
+        let locked: Vec<i64> =
+            sqlx::query_scalar("SELECT sequence FROM messages WHERE conversation_id = $1 AND sequence > $2 FOR UPDATE")
+                .bind(conversation)
+                .bind(above)
+                .fetch_all(&mut holder)
+                .await
+                .unwrap();
         assert!(!locked.is_empty(), "nothing to lock in {conversation}");
-        let holder_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-            .fetch_one(&mut holder)
-            .await
-            .unwrap();
-        let probe = sqlx::PgConnection::connect(&app.database_url)
-            .await
-            .unwrap();
-        Locker {
-            holder,
-            holder_pid,
-            probe,
-            terminated: Vec::new(),
-        }
+        let holder_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut holder).await.unwrap();
+        let probe = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
+        Locker { holder, holder_pid, probe, terminated: Vec::new() }
     }
 
     /// The backend whose statement waits on our locks (a `DELETE FROM messages`).
@@ -207,39 +179,24 @@ impl Locker {
             .await
             .unwrap();
             if let [(pid, query)] = &blocked[..] {
-                assert!(
-                    query.starts_with("DELETE FROM messages"),
-                    "blocked: {query}"
-                );
+                assert!(query.starts_with("DELETE FROM messages"), "blocked: {query}");
                 return *pid;
             }
-            assert!(
-                blocked.len() <= 1,
-                "several sessions wait on us: {blocked:?}"
-            );
-            assert!(
-                Instant::now() < deadline,
-                "no worker statement waited on the lock"
-            );
+            assert!(blocked.len() <= 1, "several sessions wait on us: {blocked:?}");
+            assert!(Instant::now() < deadline, "no worker statement waited on the lock");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
     async fn terminate(&mut self, pid: i32) {
-        let done: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
-            .bind(pid)
-            .fetch_one(&mut self.probe)
-            .await
-            .unwrap();
+        let done: bool =
+            sqlx::query_scalar("SELECT pg_terminate_backend($1)").bind(pid).fetch_one(&mut self.probe).await.unwrap();
         assert!(done, "backend {pid} was not terminated");
         self.terminated.push(pid);
     }
 
     async fn release(mut self) {
-        sqlx::query("ROLLBACK")
-            .execute(&mut self.holder)
-            .await
-            .unwrap();
+        sqlx::query("ROLLBACK").execute(&mut self.holder).await.unwrap();
     }
 }
 
@@ -282,55 +239,26 @@ async fn terminated_backend_is_retried_with_backoff() {
     println!("recorded: {:?} {:?}", retrying.error_code, retrying.error);
     assert_eq!(retrying.state, "queued", "{retrying:?}");
     assert_eq!(retrying.phase, "retrying", "{retrying:?}");
-    assert_eq!(
-        retrying.error_code.as_deref(),
-        Some("transient"),
-        "{retrying:?}"
-    );
+    assert_eq!(retrying.error_code.as_deref(), Some("transient"), "{retrying:?}");
     assert!(
-        retrying
-            .error
-            .as_deref()
-            .is_some_and(|e| e.contains("administrator command")),
+        retrying.error.as_deref().is_some_and(|e| e.contains("administrator command")),
         "the cause is recorded: {retrying:?}"
     );
     assert_eq!(retrying.lease_token, None, "{retrying:?}");
-    assert_eq!(
-        (retrying.attempt, retrying.processed),
-        (1, 50),
-        "{retrying:?}"
-    );
+    assert_eq!((retrying.attempt, retrying.processed), (1, 50), "{retrying:?}");
     // Attempt 1 backs off 1 s minus up to 25 % jitter, timed from just before the write.
     let backoff = retrying.not_before_ms - retrying.updated_at_ms;
-    assert!(
-        (700..=1000).contains(&backoff),
-        "backoff {backoff} ms: {retrying:?}"
-    );
+    assert!((700..=1000).contains(&backoff), "backoff {backoff} ms: {retrying:?}");
     let op = get_op(&app, &id).await;
-    assert_eq!(
-        op["version"],
-        json!(retrying.version),
-        "moved on already: {op}"
-    );
-    assert_eq!(
-        (&op["state"], &op["phase"]),
-        (&json!("queued"), &json!("retrying")),
-        "{op}"
-    );
+    assert_eq!(op["version"], json!(retrying.version), "moved on already: {op}");
+    assert_eq!((&op["state"], &op["phase"]), (&json!("queued"), &json!("retrying")), "{op}");
     assert_eq!(op["errorCode"], "transient", "{op}");
-    assert!(
-        op["nextPollAfterMs"].as_u64().is_some_and(|ms| ms >= 500),
-        "{op}"
-    );
+    assert!(op["nextPollAfterMs"].as_u64().is_some_and(|ms| ms >= 500), "{op}");
 
     // The retry claims it no earlier than `not_before` (and waits on the lock again).
     locker.wait_blocked().await;
     let second = op_row(&app, &id).await;
-    assert_eq!(
-        (second.state.as_str(), second.attempt),
-        ("running", 2),
-        "{second:?}"
-    );
+    assert_eq!((second.state.as_str(), second.attempt), ("running", 2), "{second:?}");
     // Nothing but the claim has touched `updated_at_ms` since (no batch commits).
     assert!(
         second.updated_at_ms >= retrying.not_before_ms,
@@ -341,14 +269,8 @@ async fn terminated_backend_is_retried_with_backoff() {
     let done = wait_terminal(&app, &id).await;
     assert_eq!(done["state"], "succeeded", "{done}");
     assert_eq!(done["result"]["deletedMessages"], 100, "{done}");
-    assert_eq!(
-        done["processed"], 100,
-        "resumed from the checkpoint: {done}"
-    );
-    assert!(
-        done.get("errorCode").is_none(),
-        "success clears the error: {done}"
-    );
+    assert_eq!(done["processed"], 100, "resumed from the checkpoint: {done}");
+    assert!(done.get("errorCode").is_none(), "success clears the error: {done}");
     assert_eq!(op_row(&app, &id).await.attempt, 2);
     assert_eq!(message_count(&app, "locked").await, 0);
     assert!(metric(&app, RETRIES, &[("kind", "delete")]).await > retries_before);
@@ -362,32 +284,15 @@ async fn transient_failure_without_attempts_left_fails() {
     let done = wait_terminal(&app, &id).await;
     assert_eq!(done["state"], "failed", "{done}");
     assert_eq!(done["errorCode"], "retries_exhausted", "{done}");
-    assert!(
-        done["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("administrator command")),
-        "{done}"
-    );
+    assert!(done["error"].as_str().is_some_and(|e| e.contains("administrator command")), "{done}");
     assert_eq!(done["processed"], 50, "{done}");
     let row = op_row(&app, &id).await;
-    assert_eq!(
-        (row.attempt, row.lease_token.as_deref()),
-        (1, None),
-        "{row:?}"
-    );
+    assert_eq!((row.attempt, row.lease_token.as_deref()), (1, None), "{row:?}");
     locker.release().await;
-    assert_eq!(
-        message_count(&app, "locked").await,
-        50,
-        "nothing deleted after the failure"
-    );
+    assert_eq!(message_count(&app, "locked").await, 50, "nothing deleted after the failure");
     // The conversation barrier went with the failure: appends are accepted again.
-    app.append(vec![message("locked", "after", "user", "again")])
-        .await;
-    assert_eq!(
-        metric(&app, RETRIES, &[("kind", "delete")]).await,
-        retries_before
-    );
+    app.append(vec![message("locked", "after", "user", "again")]).await;
+    assert_eq!(metric(&app, RETRIES, &[("kind", "delete")]).await, retries_before);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -401,12 +306,7 @@ async fn duplicate_deliveries_run_once(backend: Backend) {
     let duplicates_before = metric(&app, DUPLICATES, &labels).await;
     let id = submit_delete(&app, "dup").await;
     for _ in 0..5 {
-        app.running()
-            .state
-            .queue
-            .push(ContextOperationKind::Delete, &id)
-            .await
-            .unwrap();
+        app.running().state.queue.push(ContextOperationKind::Delete, &id).await.unwrap();
     }
     let done = wait_terminal(&app, &id).await;
     assert_eq!(done["state"], "succeeded", "{done}");
@@ -464,12 +364,7 @@ async fn undecodable_and_crash_looping_operations_end(backend: Backend) {
     let done = wait_terminal(&serve, &corrupt).await;
     assert_eq!(done["state"], "failed", "{done}");
     assert_eq!(done["errorCode"], "corrupt_operation", "{done}");
-    assert!(
-        done["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("does not decode")),
-        "{done}"
-    );
+    assert!(done["error"].as_str().is_some_and(|e| e.contains("does not decode")), "{done}");
     assert_eq!(op_row(&serve, &corrupt).await.attempt, 1, "never retried");
 
     let done = wait_terminal(&serve, &looping).await;
@@ -477,18 +372,9 @@ async fn undecodable_and_crash_looping_operations_end(backend: Backend) {
     assert_eq!(done["errorCode"], "retries_exhausted", "{done}");
     assert_eq!(op_row(&serve, &looping).await.attempt, max_attempts + 1);
     assert_eq!(message_count(&serve, "corrupt").await, 5);
-    assert_eq!(
-        message_count(&serve, "looping").await,
-        5,
-        "the job did not run again"
-    );
+    assert_eq!(message_count(&serve, "looping").await, 5, "the job did not run again");
     // Both released their conversation.
-    serve
-        .append(vec![
-            message("corrupt", "after", "user", "x"),
-            message("looping", "after", "user", "x"),
-        ])
-        .await;
+    serve.append(vec![message("corrupt", "after", "user", "x"), message("looping", "after", "user", "x")]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -527,9 +413,7 @@ async fn pruning_removes_old_terminal_operations_only(backend: Backend) {
     seed(&api, "q2", 1).await;
     let queued = submit_delete(&api, "q1").await;
     let cancelled = submit_delete(&api, "q2").await;
-    let (status, op) = api
-        .post(&format!("{OPS}/{cancelled}/cancel"), &json!({}))
-        .await;
+    let (status, op) = api.post(&format!("{OPS}/{cancelled}/cancel"), &json!({})).await;
     assert_eq!((status, &op["state"]), (200, &json!("cancelled")), "{op}");
     let db = &api.running().state.db;
     assert_eq!(leases::prune(db, now_ms() + 1).await.unwrap(), 1);

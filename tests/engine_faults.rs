@@ -52,16 +52,9 @@ impl Fixture {
             dir: dir.path().to_path_buf(),
         };
         let migrate = env.clone();
-        tokio::task::spawn_blocking(move || migrate.migrate())
-            .await
-            .unwrap();
+        tokio::task::spawn_blocking(move || migrate.migrate()).await.unwrap();
         let db = Db::connect(&database_url, 2).await.unwrap();
-        Fixture {
-            env,
-            db,
-            client: reqwest::Client::new(),
-            _dir: dir,
-        }
+        Fixture { env, db, client: reqwest::Client::new(), _dir: dir }
     }
 
     /// A conversation with `n` messages (sequences 1..=n), as the append path leaves it.
@@ -179,11 +172,7 @@ async fn submit_delete(client: &reqwest::Client, base: &str, conversation: &str)
 }
 
 async fn get_operation(client: &reqwest::Client, base: &str, id: &str) -> Value {
-    let response = client
-        .get(format!("{base}{OPERATIONS_PATH}/{id}"))
-        .send()
-        .await
-        .unwrap();
+    let response = client.get(format!("{base}{OPERATIONS_PATH}/{id}")).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 200);
     response.json().await.unwrap()
 }
@@ -201,21 +190,13 @@ async fn wait_until(
     let mut op = get_operation(client, base, id).await;
     while !done(&op) {
         let left = deadline.saturating_duration_since(Instant::now());
-        assert!(
-            !left.is_zero(),
-            "operation {id} not {what} within {within:?}; last seen {op}"
-        );
+        assert!(!left.is_zero(), "operation {id} not {what} within {within:?}; last seen {op}");
         let url = format!(
             "{base}{OPERATIONS_PATH}/{id}/wait?sinceVersion={}&timeoutMs={}",
             op["version"],
             left.as_millis().clamp(1, 10_000)
         );
-        let response = client
-            .get(url)
-            .timeout(Duration::from_secs(40))
-            .send()
-            .await
-            .unwrap();
+        let response = client.get(url).timeout(Duration::from_secs(40)).send().await.unwrap();
         assert_eq!(response.status().as_u16(), 200);
         op = response.json().await.unwrap();
     }
@@ -244,42 +225,22 @@ async fn sigterm_releases_and_a_new_process_resumes(backend: Backend) {
     let mut a = fx.env.spawn("serve-a", "serve");
     a.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
     let id = submit_delete(&fx.client, &a.base, "big").await;
-    let seen = wait_until(
-        &fx.client,
-        &a.base,
-        &id,
-        Duration::from_secs(60),
-        "running",
-        |op| is_terminal(op) || (state(op) == "running" && op["processed"].as_i64() > Some(0)),
-    )
+    let seen = wait_until(&fx.client, &a.base, &id, Duration::from_secs(60), "running", |op| {
+        is_terminal(op) || (state(op) == "running" && op["processed"].as_i64() > Some(0))
+    })
     .await;
-    assert_eq!(
-        state(&seen),
-        "running",
-        "finished before the SIGTERM: {seen}"
-    );
+    assert_eq!(state(&seen), "running", "finished before the SIGTERM: {seen}");
     let claimed = fx.operation(&id).await;
     assert_eq!(claimed.attempt, 1, "{claimed:?}");
 
     a.proc.signal("TERM");
     let signalled = Instant::now();
     let Some(status) = a.proc.wait_exit(Duration::from_secs(30)).await else {
-        panic!(
-            "serve-a still running 30 s after SIGTERM; log tail:\n{}",
-            a.proc.log_tail(30)
-        );
+        panic!("serve-a still running 30 s after SIGTERM; log tail:\n{}", a.proc.log_tail(30));
     };
     let exited_after = signalled.elapsed();
-    assert!(
-        status.success(),
-        "serve-a exited with {status}; log tail:\n{}",
-        a.proc.log_tail(30)
-    );
-    assert!(
-        a.proc.log().contains("released at shutdown"),
-        "no release logged:\n{}",
-        a.proc.log_tail(30)
-    );
+    assert!(status.success(), "serve-a exited with {status}; log tail:\n{}", a.proc.log_tail(30));
+    assert!(a.proc.log().contains("released at shutdown"), "no release logged:\n{}", a.proc.log_tail(30));
 
     let released = fx.operation(&id).await;
     assert_eq!(released.state, "queued", "{released:?}");
@@ -287,36 +248,21 @@ async fn sigterm_releases_and_a_new_process_resumes(backend: Backend) {
     assert_eq!(released.lease_expires_at_ms, None, "{released:?}");
     // `Finish::Release`: back to queued, this attempt not counted — the next claim is
     // attempt 1 again, so a deploy does not eat into the retry budget.
-    assert_eq!(
-        released.attempt,
-        claimed.attempt - 1,
-        "a released attempt is not counted: {released:?}"
-    );
+    assert_eq!(released.attempt, claimed.attempt - 1, "a released attempt is not counted: {released:?}");
     assert_eq!(released.phase, "deleting", "{released:?}");
-    assert!(
-        released.processed > 0 && released.processed < TOTAL,
-        "released outside the middle: {released:?}"
-    );
+    assert!(released.processed > 0 && released.processed < TOTAL, "released outside the middle: {released:?}");
     // The checkpoint and the deletions committed together: exactly `processed` are gone.
     assert_eq!(fx.messages("big").await, TOTAL - released.processed);
-    assert_eq!(
-        fx.conversation_count("big").await,
-        Some(TOTAL - released.processed)
-    );
+    assert_eq!(fx.conversation_count("big").await, Some(TOTAL - released.processed));
 
     let restarted = Instant::now();
     let mut b = fx.env.spawn("serve-b", "serve");
     b.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
     let healthy_after = restarted.elapsed();
     // Nothing writes the released row until the new process claims it.
-    wait_until(
-        &fx.client,
-        &b.base,
-        &id,
-        Duration::from_secs(30),
-        "claimed again",
-        |op| op["version"].as_i64() != Some(released.version),
-    )
+    wait_until(&fx.client, &b.base, &id, Duration::from_secs(30), "claimed again", |op| {
+        op["version"].as_i64() != Some(released.version)
+    })
     .await;
     let running_again = restarted.elapsed();
     let sigterm_to_running = signalled.elapsed();
@@ -337,15 +283,7 @@ async fn sigterm_releases_and_a_new_process_resumes(backend: Backend) {
         "running again {running_again:?} after the restart (healthy after {healthy_after:?})"
     );
 
-    let done = wait_until(
-        &fx.client,
-        &b.base,
-        &id,
-        Duration::from_secs(120),
-        "finished",
-        is_terminal,
-    )
-    .await;
+    let done = wait_until(&fx.client, &b.base, &id, Duration::from_secs(120), "finished", is_terminal).await;
     assert_eq!(state(&done), "succeeded", "{done}");
     assert_eq!(done["result"]["deletedMessages"], json!(TOTAL), "{done}");
     assert_eq!(done["processed"], json!(TOTAL), "{done}");
@@ -390,25 +328,13 @@ async fn gauges_count_what_the_database_holds() {
         parked.push(submit_delete(&fx.client, &api.base, conversation).await);
     }
     api.proc.kill();
-    fx.execute(
-        "UPDATE operations SET not_before_ms = $1 WHERE state = 'queued'",
-        now_ms() + 3_600_000,
-    )
-    .await;
+    fx.execute("UPDATE operations SET not_before_ms = $1 WHERE state = 'queued'", now_ms() + 3_600_000).await;
     let oldest = fx.operation(&parked[0]).await.created_at_ms;
 
     let mut serve = fx.env.spawn("serve", "serve");
     serve.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
     let id = submit_delete(&fx.client, &serve.base, "done").await;
-    let done = wait_until(
-        &fx.client,
-        &serve.base,
-        &id,
-        Duration::from_secs(30),
-        "finished",
-        is_terminal,
-    )
-    .await;
+    let done = wait_until(&fx.client, &serve.base, &id, Duration::from_secs(30), "finished", is_terminal).await;
     assert_eq!(state(&done), "succeeded", "{done}");
 
     let ops = "context_ops_operations";
@@ -417,24 +343,12 @@ async fn gauges_count_what_the_database_holds() {
         (ops, &[("kind", "delete"), ("state", "succeeded")], 1.0),
         (ops, &[("kind", "delete"), ("state", "running")], 0.0),
         (ops, &[("kind", "export"), ("state", "queued")], 0.0),
-        (
-            "context_ops_oldest_queued_timestamp_seconds",
-            &[],
-            oldest as f64 / 1000.0,
-        ),
+        ("context_ops_oldest_queued_timestamp_seconds", &[], oldest as f64 / 1000.0),
     ];
     // The dispatcher refreshes the gauges every round (200 ms here).
     let deadline = Instant::now() + Duration::from_secs(10);
     let page = loop {
-        let page = fx
-            .client
-            .get(format!("{}/metrics", serve.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let page = fx.client.get(format!("{}/metrics", serve.base)).send().await.unwrap().text().await.unwrap();
         let matches = expected.iter().all(|(name, labels, value)| {
             prometheus::sample(&page, name, labels).is_some_and(|v| (v - value).abs() < 1e-3)
         });
@@ -453,10 +367,7 @@ async fn gauges_count_what_the_database_holds() {
     };
     for status in ["pending", "scheduled", "inflight", "dead"] {
         let labels = [("kind", "delete"), ("status", status)];
-        assert!(
-            prometheus::sample(&page, "context_ops_queue_depth", &labels).is_some(),
-            "no queue depth {labels:?}"
-        );
+        assert!(prometheus::sample(&page, "context_ops_queue_depth", &labels).is_some(), "no queue depth {labels:?}");
     }
     for id in &parked {
         let op = get_operation(&fx.client, &serve.base, id).await;
@@ -478,12 +389,9 @@ async fn sigterm_answers_open_long_polls() {
     let id = submit_delete(&fx.client, &api.base, "nothing").await;
 
     // A raw connection, so the request is on the wire before the barrier below.
-    let mut poll = tokio::net::TcpStream::connect(api.base.trim_start_matches("http://"))
-        .await
-        .unwrap();
-    let request = format!(
-        "GET {OPERATIONS_PATH}/{id}/wait?timeoutMs=30000 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-    );
+    let mut poll = tokio::net::TcpStream::connect(api.base.trim_start_matches("http://")).await.unwrap();
+    let request =
+        format!("GET {OPERATIONS_PATH}/{id}/wait?timeoutMs=30000 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     poll.write_all(request.as_bytes()).await.unwrap();
     // Barrier: a later connection answered, so the server has accepted and read ours.
     api.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
@@ -495,19 +403,10 @@ async fn sigterm_answers_open_long_polls() {
     };
     let exited_after = signalled.elapsed();
     assert!(status.success(), "api exited with {status}");
-    println!(
-        "SIGTERM with a 30 s long-poll open: exit after {:.2}s",
-        exited_after.as_secs_f64()
-    );
-    assert!(
-        exited_after < Duration::from_secs(5),
-        "the open long-poll held the shutdown for {exited_after:?}"
-    );
+    println!("SIGTERM with a 30 s long-poll open: exit after {:.2}s", exited_after.as_secs_f64());
+    assert!(exited_after < Duration::from_secs(5), "the open long-poll held the shutdown for {exited_after:?}");
     let mut response = String::new();
     poll.read_to_string(&mut response).await.unwrap();
-    assert!(
-        response.starts_with("HTTP/1.1 200"),
-        "long-poll answer: {response}"
-    );
+    assert!(response.starts_with("HTTP/1.1 200"), "long-poll answer: {response}");
     assert!(response.contains("\"state\":\"queued\""), "{response}");
 }

@@ -53,34 +53,18 @@ struct OpRow {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
 impl TestDb {
     async fn connect(url: &str) -> TestDb {
         if url.starts_with("sqlite:") {
             use std::str::FromStr as _;
-            let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
-                .unwrap()
-                .busy_timeout(Duration::from_secs(30));
-            TestDb::Lite(
-                sqlx::sqlite::SqlitePoolOptions::new()
-                    .max_connections(2)
-                    .connect_with(options)
-                    .await
-                    .unwrap(),
-            )
+            let options =
+                sqlx::sqlite::SqliteConnectOptions::from_str(url).unwrap().busy_timeout(Duration::from_secs(30));
+            TestDb::Lite(sqlx::sqlite::SqlitePoolOptions::new().max_connections(2).connect_with(options).await.unwrap())
         } else {
-            TestDb::Pg(
-                sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(2)
-                    .connect(url)
-                    .await
-                    .unwrap(),
-            )
+            TestDb::Pg(sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(url).await.unwrap())
         }
     }
 
@@ -215,11 +199,7 @@ async fn submit_delete(client: &reqwest::Client, base: &str, conversation: &str)
 }
 
 async fn get_operation(client: &reqwest::Client, base: &str, id: &str) -> Value {
-    let response = client
-        .get(format!("{base}{OPERATIONS_PATH}/{id}"))
-        .send()
-        .await
-        .unwrap();
+    let response = client.get(format!("{base}{OPERATIONS_PATH}/{id}")).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 200);
     response.json().await.unwrap()
 }
@@ -243,16 +223,8 @@ async fn try_wait_until(
             return Err(op);
         }
         let timeout_ms = left.as_millis().clamp(1, 10_000);
-        let url = format!(
-            "{base}{OPERATIONS_PATH}/{id}/wait?sinceVersion={}&timeoutMs={timeout_ms}",
-            op["version"]
-        );
-        let response = client
-            .get(url)
-            .timeout(Duration::from_secs(40))
-            .send()
-            .await
-            .unwrap();
+        let url = format!("{base}{OPERATIONS_PATH}/{id}/wait?sinceVersion={}&timeoutMs={timeout_ms}", op["version"]);
+        let response = client.get(url).timeout(Duration::from_secs(40)).send().await.unwrap();
         assert_eq!(response.status().as_u16(), 200);
         op = response.json().await.unwrap();
     }
@@ -317,16 +289,9 @@ impl Fixture {
             dir: dir.path().to_path_buf(),
         };
         let migrate = env.clone();
-        tokio::task::spawn_blocking(move || migrate.migrate())
-            .await
-            .unwrap();
+        tokio::task::spawn_blocking(move || migrate.migrate()).await.unwrap();
         let db = TestDb::connect(&database_url).await;
-        Fixture {
-            env,
-            db,
-            client: reqwest::Client::new(),
-            _dir: dir,
-        }
+        Fixture { env, db, client: reqwest::Client::new(), _dir: dir }
     }
 }
 
@@ -346,64 +311,31 @@ async fn sigkill_mid_delete_resumes_exactly(backend: Backend) {
     let mut a = fx.env.spawn("serve-a", "serve");
     a.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
     let id = submit_delete(&fx.client, &a.base, "big").await;
-    let seen = wait_until(
-        &fx.client,
-        &a.base,
-        &id,
-        Duration::from_secs(60),
-        "running",
-        mid_run,
-    )
-    .await;
-    assert_eq!(
-        state(&seen),
-        "running",
-        "the delete ended before it could be killed: {seen}"
-    );
+    let seen = wait_until(&fx.client, &a.base, &id, Duration::from_secs(60), "running", mid_run).await;
+    assert_eq!(state(&seen), "running", "the delete ended before it could be killed: {seen}");
 
     a.proc.kill();
     let killed = Instant::now();
     let at_kill = fx.db.operation(&id).await;
-    assert_eq!(
-        at_kill.state, "running",
-        "the delete finished before SIGKILL landed: {at_kill:?}"
-    );
-    assert!(
-        at_kill.processed > 0 && at_kill.processed < TOTAL,
-        "killed outside the middle: {at_kill:?}"
-    );
+    assert_eq!(at_kill.state, "running", "the delete finished before SIGKILL landed: {at_kill:?}");
+    assert!(at_kill.processed > 0 && at_kill.processed < TOTAL, "killed outside the middle: {at_kill:?}");
     // The checkpoint and the deletions commit together: exactly `processed` are gone.
-    assert_eq!(
-        fx.db.messages("big").await,
-        TOTAL - at_kill.processed,
-        "checkpoint and effect diverged at the kill"
-    );
-    assert_eq!(
-        fx.db.conversation_count("big").await,
-        Some(TOTAL - at_kill.processed)
-    );
+    assert_eq!(fx.db.messages("big").await, TOTAL - at_kill.processed, "checkpoint and effect diverged at the kill");
+    assert_eq!(fx.db.conversation_count("big").await, Some(TOTAL - at_kill.processed));
 
     let restarted = Instant::now();
     let mut b = fx.env.spawn("serve-b", "serve");
     b.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
     let healthy_after = restarted.elapsed();
     // The dead process cannot write, so the first version change is the new claim.
-    let again = wait_until(
-        &fx.client,
-        &b.base,
-        &id,
-        Duration::from_secs(60),
-        "claimed again",
-        |op| op["version"].as_i64() != Some(at_kill.version),
-    )
+    let again = wait_until(&fx.client, &b.base, &id, Duration::from_secs(60), "claimed again", |op| {
+        op["version"].as_i64() != Some(at_kill.version)
+    })
     .await;
     let running_again = restarted.elapsed();
     let since_kill = killed.elapsed();
     let reclaimed = fx.db.operation(&id).await;
-    assert!(
-        reclaimed.attempt >= 2,
-        "a version change that is not a new claim: {reclaimed:?} / {again}"
-    );
+    assert!(reclaimed.attempt >= 2, "a version change that is not a new claim: {reclaimed:?} / {again}");
     println!(
         "[{backend:?}] SIGKILL at {}/{TOTAL}; restart -> healthy {:.2}s, restart -> running again {:.2}s \
          (kill -> running again {:.2}s, lease {LEASE_SECS}s)",
@@ -420,24 +352,12 @@ async fn sigkill_mid_delete_resumes_exactly(backend: Backend) {
         at_kill.pushed_at_ms
     );
 
-    let done = wait_until(
-        &fx.client,
-        &b.base,
-        &id,
-        Duration::from_secs(120),
-        "finished",
-        is_terminal,
-    )
-    .await;
+    let done = wait_until(&fx.client, &b.base, &id, Duration::from_secs(120), "finished", is_terminal).await;
     assert_eq!(state(&done), "succeeded", "{done}");
     assert_eq!(done["result"]["deletedMessages"], json!(TOTAL), "{done}");
     assert_eq!(processed(&done), TOTAL, "{done}");
     assert_eq!(fx.db.messages("big").await, 0);
-    assert_eq!(
-        fx.db.conversation_count("big").await,
-        None,
-        "the conversation row goes with the last batch"
-    );
+    assert_eq!(fx.db.conversation_count("big").await, None, "the conversation row goes with the last batch");
     assert_eq!(fx.db.messages("other").await, OTHER);
     assert_eq!(fx.db.conversation_count("other").await, Some(OTHER));
     let row = fx.db.operation(&id).await;
@@ -468,37 +388,18 @@ async fn sigstop_worker_is_fenced() {
     let mut a = fx.env.spawn("serve-a", "serve");
     a.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
     let id = submit_delete(&fx.client, &a.base, "big").await;
-    wait_until(
-        &fx.client,
-        &a.base,
-        &id,
-        Duration::from_secs(60),
-        "running",
-        mid_run,
-    )
-    .await;
+    wait_until(&fx.client, &a.base, &id, Duration::from_secs(60), "running", mid_run).await;
     let mut b = fx.env.spawn("serve-b", "serve");
     b.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
 
     a.proc.signal("STOP");
     let stopped = Instant::now();
     let at_stop = fx.db.operation(&id).await;
-    assert_eq!(
-        at_stop.state, "running",
-        "the delete finished before A was frozen: {at_stop:?}"
-    );
+    assert_eq!(at_stop.state, "running", "the delete finished before A was frozen: {at_stop:?}");
     assert_eq!(at_stop.attempt, 1, "A holds the first attempt: {at_stop:?}");
 
     // B takes over once A's lease expires, while A is still frozen.
-    let done = match try_wait_until(
-        &fx.client,
-        &b.base,
-        &id,
-        Duration::from_secs(60),
-        is_terminal,
-    )
-    .await
-    {
+    let done = match try_wait_until(&fx.client, &b.base, &id, Duration::from_secs(60), is_terminal).await {
         Ok(done) => done,
         Err(last) => panic!(
             "B did not finish the operation while A was frozen; last seen {last}\nPostgreSQL sessions:\n{}",
@@ -522,28 +423,13 @@ async fn sigstop_worker_is_fenced() {
     let row = fx.db.operation(&id).await;
     assert_eq!(state(&after), "succeeded", "{after}");
     assert_eq!(processed(&after), TOTAL, "{after}");
-    assert_eq!(
-        after["version"], done["version"],
-        "A wrote after it was fenced: {after}"
-    );
-    assert_eq!(
-        row.version, before.version,
-        "A wrote after it was fenced: {row:?}"
-    );
+    assert_eq!(after["version"], done["version"], "A wrote after it was fenced: {after}");
+    assert_eq!(row.version, before.version, "A wrote after it was fenced: {row:?}");
     assert_eq!(fx.db.messages("big").await, 0);
     // A did try: its resumed batch (or, if PostgreSQL ended its frozen transaction, its
     // retry bookkeeping) hit the fence and was refused.
-    let fenced = a
-        .proc
-        .log()
-        .lines()
-        .filter(|l| l.contains("lost the lease"))
-        .count();
-    assert!(
-        fenced >= 1,
-        "A never reached the fence after SIGCONT:\n{}",
-        a.proc.log_tail(30)
-    );
+    let fenced = a.proc.log().lines().filter(|l| l.contains("lost the lease")).count();
+    assert!(fenced >= 1, "A never reached the fence after SIGCONT:\n{}", a.proc.log_tail(30));
     println!(
         "A frozen at {}/{TOTAL}; B finished {:.2}s later (lease {LEASE_SECS}s); A logged {fenced} fenced write(s) after SIGCONT",
         at_stop.processed,
@@ -567,15 +453,7 @@ async fn orphan_recovery_time() {
     let mut a = fx.env.spawn("serve-a", "serve");
     a.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
     let id = submit_delete(&fx.client, &a.base, "big").await;
-    wait_until(
-        &fx.client,
-        &a.base,
-        &id,
-        Duration::from_secs(60),
-        "running",
-        mid_run,
-    )
-    .await;
+    wait_until(&fx.client, &a.base, &id, Duration::from_secs(60), "running", mid_run).await;
     let mut b = fx.env.spawn("serve-b", "serve");
     b.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
 
@@ -583,20 +461,12 @@ async fn orphan_recovery_time() {
     let killed = Instant::now();
     let killed_ms = now_ms();
     let at_kill = fx.db.operation(&id).await;
-    assert_eq!(
-        at_kill.state, "running",
-        "the delete finished before SIGKILL landed: {at_kill:?}"
-    );
+    assert_eq!(at_kill.state, "running", "the delete finished before SIGKILL landed: {at_kill:?}");
     let lease_left_ms = at_kill.lease_expires_at_ms.unwrap_or(killed_ms) - killed_ms;
 
-    wait_until(
-        &fx.client,
-        &b.base,
-        &id,
-        Duration::from_secs(60),
-        "claimed again",
-        |op| op["version"].as_i64() != Some(at_kill.version),
-    )
+    wait_until(&fx.client, &b.base, &id, Duration::from_secs(60), "claimed again", |op| {
+        op["version"].as_i64() != Some(at_kill.version)
+    })
     .await;
     let recovery = killed.elapsed();
     assert!(fx.db.operation(&id).await.attempt >= 2);
@@ -611,15 +481,7 @@ async fn orphan_recovery_time() {
         at_kill.pushed_at_ms
     );
 
-    let done = wait_until(
-        &fx.client,
-        &b.base,
-        &id,
-        Duration::from_secs(120),
-        "finished",
-        is_terminal,
-    )
-    .await;
+    let done = wait_until(&fx.client, &b.base, &id, Duration::from_secs(120), "finished", is_terminal).await;
     assert_eq!(state(&done), "succeeded", "{done}");
     assert_eq!(processed(&done), TOTAL, "{done}");
     assert_eq!(fx.db.messages("big").await, 0);
@@ -653,11 +515,7 @@ async fn redis_restart_loses_no_operation() {
     let deadline = Instant::now() + HEALTHY_WITHIN;
     while !worker.proc.log().contains("workers started") {
         worker.proc.assert_alive();
-        assert!(
-            Instant::now() < deadline,
-            "worker did not start: {}",
-            worker.proc.log_tail(30)
-        );
+        assert!(Instant::now() < deadline, "worker did not start: {}", worker.proc.log_tail(30));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     worker.proc.signal("STOP");
@@ -667,43 +525,19 @@ async fn redis_restart_loses_no_operation() {
         ids.push(submit_delete(&fx.client, &api.base, name).await);
     }
     let submitted = Instant::now();
-    assert_eq!(
-        fx.db.states().await,
-        vec![(
-            "queued".to_string(),
-            CONVERSATIONS as i64,
-            CONVERSATIONS as i64
-        )]
-    );
+    assert_eq!(fx.db.states().await, vec![("queued".to_string(), CONVERSATIONS as i64, CONVERSATIONS as i64)]);
 
     redis.kill();
     redis = start_redis(redis_dir.path(), "redis-2", port);
     worker.proc.signal("CONT");
 
     for (id, name) in ids.iter().zip(&names) {
-        let done = wait_until(
-            &fx.client,
-            &api.base,
-            id,
-            Duration::from_secs(120),
-            "finished",
-            is_terminal,
-        )
-        .await;
+        let done = wait_until(&fx.client, &api.base, id, Duration::from_secs(120), "finished", is_terminal).await;
         assert_eq!(state(&done), "succeeded", "{name}: {done}");
-        assert_eq!(
-            done["result"]["deletedMessages"],
-            json!(EACH),
-            "{name}: {done}"
-        );
+        assert_eq!(done["result"]["deletedMessages"], json!(EACH), "{name}: {done}");
         assert_eq!(fx.db.messages(name).await, 0, "{name}");
     }
-    let restarts = worker
-        .proc
-        .log()
-        .lines()
-        .filter(|l| l.contains("restarting"))
-        .count();
+    let restarts = worker.proc.log().lines().filter(|l| l.contains("restarting")).count();
     println!(
         "all {CONVERSATIONS} operations succeeded {:.1}s after submission across a Redis restart \
          (queue-worker restarts in the worker process: {restarts})",

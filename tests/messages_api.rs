@@ -164,9 +164,7 @@ async fn malformed_requests_get_api_errors(app: TestApp) {
 }
 
 async fn conversations_list_per_agent(app: TestApp) {
-    let scoped = |conv: &str, id: &str, agent: &str| {
-        json!({"id": id, "scope": {"conversationId": conv, "agentId": agent}, "role": "user", "content": "x"})
-    };
+    let scoped = |conv: &str, id: &str, agent: &str| json!({"id": id, "scope": {"conversationId": conv, "agentId": agent}, "role": "user", "content": "x"});
     app.append(vec![scoped("c-a", "1", "agent-1"), scoped("c-a", "2", "agent-1")]).await;
     app.append(vec![scoped("c-b", "1", "agent-1")]).await;
     app.append(vec![scoped("c-c", "1", "agent-2")]).await;

@@ -186,12 +186,19 @@ async fn queued_cancel_idempotency_etag_and_tenants(backend: Backend) {
     assert_api_error(status, &body, 409);
 
     // Appends to a conversation with a pending delete are refused.
-    let (status, body) =
-        app.post("/internal/v1/context/messages/batch", &json!({"messages": [message("q", "late", "user", "x")]})).await;
+    let (status, body) = app
+        .post("/internal/v1/context/messages/batch", &json!({"messages": [message("q", "late", "user", "x")]}))
+        .await;
     assert_api_error(status, &body, 409);
 
     // ETag / If-None-Match.
-    let response = app.client.get(app.url(&format!("{OPS}/{id}"))).bearer_auth(app.token.as_deref().unwrap()).send().await.unwrap();
+    let response = app
+        .client
+        .get(app.url(&format!("{OPS}/{id}")))
+        .bearer_auth(app.token.as_deref().unwrap())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
     let etag = response.headers()["etag"].to_str().unwrap().to_string();
     assert!(response.headers().contains_key("retry-after"));
@@ -231,8 +238,14 @@ async fn queued_cancel_idempotency_etag_and_tenants(backend: Backend) {
         let (status, body) = common::read(rb.bearer_auth(&other).send().await.unwrap()).await;
         assert_api_error(status, &body, 404);
     }
-    let (status, listed) = app.post_as(Some(&other), "/internal/v1/context/advanced-operations", &json!({
-        "kind": "delete", "request": {"scope": {"conversationId": "q"}}, "idempotencyKey": "k1"})).await;
+    let (status, listed) = app
+        .post_as(
+            Some(&other),
+            "/internal/v1/context/advanced-operations",
+            &json!({
+        "kind": "delete", "request": {"scope": {"conversationId": "q"}}, "idempotencyKey": "k1"}),
+        )
+        .await;
     assert_eq!(status, 202, "{listed}");
     assert_ne!(listed["id"], first["id"], "idempotency keys are per tenant");
     let response = app.client.get(app.url(OPS)).bearer_auth(&other).send().await.unwrap();
@@ -240,7 +253,8 @@ async fn queued_cancel_idempotency_etag_and_tenants(backend: Backend) {
     assert_eq!(list["items"].as_array().unwrap().len(), 1, "beta lists only its own: {list}");
 
     // Forget refuses a live operation; cancel makes it terminal at once; then forget works.
-    let forget = || app.client.delete(app.url(&format!("{OPS}/{id}"))).bearer_auth(app.token.as_deref().unwrap()).send();
+    let forget =
+        || app.client.delete(app.url(&format!("{OPS}/{id}"))).bearer_auth(app.token.as_deref().unwrap()).send();
     let (status, body) = common::read(forget().await.unwrap()).await;
     assert_api_error(status, &body, 409);
     let (status, cancelled) = app.post(&format!("{OPS}/{id}/cancel"), &json!({})).await;
@@ -268,7 +282,10 @@ async fn listing_filters_and_pages(app: TestApp) {
     let mut seen = Vec::new();
     let mut cursor = String::new();
     loop {
-        let path = format!("{OPS}?kind=retention&limit=2{}", if cursor.is_empty() { String::new() } else { format!("&cursor={cursor}") });
+        let path = format!(
+            "{OPS}?kind=retention&limit=2{}",
+            if cursor.is_empty() { String::new() } else { format!("&cursor={cursor}") }
+        );
         let (status, page) = app.get(&path).await;
         assert_eq!(status, 200, "{page}");
         for item in page["items"].as_array().unwrap() {
@@ -287,8 +304,14 @@ async fn listing_filters_and_pages(app: TestApp) {
 }
 
 async fn bad_input_gets_api_errors(app: TestApp) {
-    for path in [format!("{OPS}/not-an-id"), format!("{OPS}/01ARZ3NDEKTSV4RRFFQ69G5FA"), format!("{OPS}?kind=teleport"),
-                 format!("{OPS}?state=sleeping"), format!("{OPS}?cursor=@@"), format!("{OPS}?bogus=1")] {
+    for path in [
+        format!("{OPS}/not-an-id"),
+        format!("{OPS}/01ARZ3NDEKTSV4RRFFQ69G5FA"),
+        format!("{OPS}?kind=teleport"),
+        format!("{OPS}?state=sleeping"),
+        format!("{OPS}?cursor=@@"),
+        format!("{OPS}?bogus=1"),
+    ] {
         let (status, body) = app.get(&path).await;
         assert_api_error(status, &body, 400);
     }
@@ -303,7 +326,14 @@ async fn bad_input_gets_api_errors(app: TestApp) {
     let (status, body) =
         app.post("/internal/v1/context/advanced-operations", &json!({"kind": "teleport", "request": {}})).await;
     assert_api_error(status, &body, 400);
-    let response = app.client.post(app.url(DELETE)).header("idempotency-key", "").json(&json!({"scope": {"conversationId": "x"}})).send().await.unwrap();
+    let response = app
+        .client
+        .post(app.url(DELETE))
+        .header("idempotency-key", "")
+        .json(&json!({"scope": {"conversationId": "x"}}))
+        .send()
+        .await
+        .unwrap();
     let (status, body) = common::read(response).await;
     assert_api_error(status, &body, 400);
 }

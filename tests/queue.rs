@@ -40,10 +40,7 @@ struct Env {
 impl Env {
     async fn new(backend: Backend) -> Env {
         let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| "warn".into()),
-            )
+            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
             .with_test_writer()
             .try_init();
         let dir = tempfile::tempdir().unwrap();
@@ -52,9 +49,7 @@ impl Env {
         config.worker_concurrency = 4;
         let db = match backend {
             Backend::Sqlite => {
-                let db = Db::connect(&format!("sqlite:{}/q.sqlite", dir.path().display()), 4)
-                    .await
-                    .unwrap();
+                let db = Db::connect(&format!("sqlite:{}/q.sqlite", dir.path().display()), 4).await.unwrap();
                 db.migrate().await.unwrap();
                 db
             }
@@ -65,13 +60,7 @@ impl Env {
             }
         };
         let queue = Queue::connect(&config, &db).await.expect("queue connects");
-        Env {
-            backend,
-            config,
-            db,
-            queue,
-            _dir: dir,
-        }
+        Env { backend, config, db, queue, _dir: dir }
     }
 
     fn queue_name(&self, kind: ContextOperationKind) -> String {
@@ -84,35 +73,24 @@ impl Env {
         match (&self.db, self.backend) {
             (Db::Sqlite(pool), Backend::Sqlite) => {
                 let mut conn = pool.acquire().await.unwrap();
-                apalis_sqlite::queries::push_tasks(&mut *conn, &self.queue_name(kind), &[task])
-                    .await
-                    .unwrap();
+                apalis_sqlite::queries::push_tasks(&mut *conn, &self.queue_name(kind), &[task]).await.unwrap();
             }
             _ => {
                 let mut conn = apalis_redis::connect(common::redis_url()).await.unwrap();
                 let config = apalis_redis::Config::default().queue(self.queue_name(kind));
-                apalis_redis::queries::push_tasks(&mut conn, &config, &[task])
-                    .await
-                    .unwrap();
+                apalis_redis::queries::push_tasks(&mut conn, &config, &[task]).await.unwrap();
             }
         }
     }
 
-    async fn wait_depth(
-        &self,
-        kind: ContextOperationKind,
-        want: impl Fn(&QueueDepth) -> bool,
-    ) -> QueueDepth {
+    async fn wait_depth(&self, kind: ContextOperationKind, want: impl Fn(&QueueDepth) -> bool) -> QueueDepth {
         let deadline = Instant::now() + DEADLINE;
         loop {
             let depth = self.queue.depth(kind).await.unwrap();
             if want(&depth) {
                 return depth;
             }
-            assert!(
-                Instant::now() < deadline,
-                "depth of {kind:?} never reached the condition: {depth:?}"
-            );
+            assert!(Instant::now() < deadline, "depth of {kind:?} never reached the condition: {depth:?}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -137,11 +115,7 @@ impl Env {
                 .await
                 .unwrap();
             if !keys.is_empty() {
-                let _: u64 = redis::cmd("DEL")
-                    .arg(&keys)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
+                let _: u64 = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.unwrap();
             }
             if next == 0 {
                 break;
@@ -150,12 +124,8 @@ impl Env {
         }
         for kind in ContextOperationKind::ALL {
             let member = format!("{}:workers", self.queue_name(kind));
-            let _: u64 = redis::cmd("ZREM")
-                .arg("core:apalis:queues:list")
-                .arg(member)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            let _: u64 =
+                redis::cmd("ZREM").arg("core:apalis:queues:list").arg(member).query_async(&mut conn).await.unwrap();
         }
     }
 }
@@ -185,11 +155,7 @@ impl OperationHandler for Handler {
             if recorder.slow.contains(&operation_id) {
                 tokio::time::sleep(Duration::from_millis(1500)).await;
             }
-            recorder
-                .seen
-                .lock()
-                .unwrap()
-                .push((kind, operation_id, Instant::now()));
+            recorder.seen.lock().unwrap().push((kind, operation_id, Instant::now()));
             recorder.notify.notify_one();
         }
         .boxed()
@@ -210,27 +176,15 @@ impl Recorder {
     }
 
     fn seen_ids(&self) -> Vec<String> {
-        self.seen
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, id, _)| id.clone())
-            .collect()
+        self.seen.lock().unwrap().iter().map(|(_, id, _)| id.clone()).collect()
     }
 
     /// Wait (on the notify, under the deadline) until `done` holds.
     async fn wait_until(&self, what: &str, done: impl Fn(&Recorder) -> bool) {
         let deadline = tokio::time::Instant::now() + DEADLINE;
         while !done(self) {
-            if tokio::time::timeout_at(deadline, self.notify.notified())
-                .await
-                .is_err()
-                && !done(self)
-            {
-                panic!(
-                    "timed out waiting for {what}; seen so far: {:?}",
-                    self.seen_ids()
-                );
+            if tokio::time::timeout_at(deadline, self.notify.notified()).await.is_err() && !done(self) {
+                panic!("timed out waiting for {what}; seen so far: {:?}", self.seen_ids());
             }
         }
     }
@@ -264,9 +218,7 @@ async fn delivers_every_message(backend: Backend) {
     let env = Env::new(backend).await;
     let recorder = Recorder::with(&[], &[]);
     let shutdown = CancellationToken::new();
-    let workers = env
-        .queue
-        .spawn_workers(recorder.handler(), shutdown.clone());
+    let workers = env.queue.spawn_workers(recorder.handler(), shutdown.clone());
 
     let mut expected = HashMap::new();
     let mut pushed_at = HashMap::new();
@@ -284,19 +236,10 @@ async fn delivers_every_message(backend: Backend) {
     for (id, kind) in &expected {
         let deliveries: Vec<_> = seen.iter().filter(|(_, s, _)| s == id).collect();
         assert!(!deliveries.is_empty(), "{id} never delivered");
-        assert!(
-            deliveries.iter().all(|(k, _, _)| k == kind),
-            "{id} delivered to the wrong kind: {deliveries:?}"
-        );
+        assert!(deliveries.iter().all(|(k, _, _)| k == kind), "{id} delivered to the wrong kind: {deliveries:?}");
     }
-    assert!(
-        seen.iter().all(|(_, id, _)| expected.contains_key(id)),
-        "unexpected deliveries: {seen:?}"
-    );
-    let latencies: Vec<Duration> = seen
-        .iter()
-        .map(|(_, id, at)| at.duration_since(pushed_at[id]))
-        .collect();
+    assert!(seen.iter().all(|(_, id, _)| expected.contains_key(id)), "unexpected deliveries: {seen:?}");
+    let latencies: Vec<Duration> = seen.iter().map(|(_, id, at)| at.duration_since(pushed_at[id])).collect();
     eprintln!(
         "[{backend:?}] burst of 50: push→handle p50 {:?}, max {:?}, duplicates {}",
         percentile(latencies.clone(), 0.5),
@@ -305,9 +248,7 @@ async fn delivers_every_message(backend: Backend) {
     );
 
     for kind in [DELETE, EXPORT] {
-        let depth = env
-            .wait_depth(kind, |d| d.pending == 0 && d.inflight == 0)
-            .await;
+        let depth = env.wait_depth(kind, |d| d.pending == 0 && d.inflight == 0).await;
         assert_eq!(depth, QueueDepth::default(), "{kind:?}");
     }
 
@@ -340,9 +281,7 @@ async fn panics_and_garbage_do_not_stop_the_worker(backend: Backend) {
     let env = Env::new(backend).await;
     let recorder = Recorder::with(&["boom"], &[]);
     let shutdown = CancellationToken::new();
-    let workers = env
-        .queue
-        .spawn_workers(recorder.handler(), shutdown.clone());
+    let workers = env.queue.spawn_workers(recorder.handler(), shutdown.clone());
 
     env.queue.push(DELETE, "boom").await.unwrap();
     env.push_raw(DELETE, b"\xff\xfe not json at all").await;
@@ -353,26 +292,17 @@ async fn panics_and_garbage_do_not_stop_the_worker(backend: Backend) {
     }
     let after: Vec<String> = (0..5).map(|i| format!("after-{i}")).collect();
     recorder.wait_for_ids(&after).await;
-    assert!(
-        recorder
-            .started
-            .lock()
-            .unwrap()
-            .contains(&"boom".to_owned()),
-        "the panicking id ran"
-    );
+    assert!(recorder.started.lock().unwrap().contains(&"boom".to_owned()), "the panicking id ran");
     assert!(!recorder.seen_ids().contains(&"boom".to_owned()));
 
     // Everything, garbage included, was acknowledged: nothing pending, nothing held.
-    env.wait_depth(DELETE, |d| d.pending == 0 && d.inflight == 0)
-        .await;
+    env.wait_depth(DELETE, |d| d.pending == 0 && d.inflight == 0).await;
     if let Db::Sqlite(pool) = &env.db {
-        let workers: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM Workers WHERE worker_type = $1")
-                .bind(env.queue_name(DELETE))
-                .fetch_one(pool)
-                .await
-                .unwrap();
+        let workers: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM Workers WHERE worker_type = $1")
+            .bind(env.queue_name(DELETE))
+            .fetch_one(pool)
+            .await
+            .unwrap();
         assert_eq!(workers, 1, "the worker never restarted");
     }
 
@@ -384,27 +314,14 @@ async fn shutdown_lets_running_handlers_finish(backend: Backend) {
     let env = Env::new(backend).await;
     let recorder = Recorder::with(&[], &["slow"]);
     let shutdown = CancellationToken::new();
-    let workers = env
-        .queue
-        .spawn_workers(recorder.handler(), shutdown.clone());
+    let workers = env.queue.spawn_workers(recorder.handler(), shutdown.clone());
 
     env.queue.push(EXPORT, "slow").await.unwrap();
-    recorder
-        .wait_until("the slow handler to start", |r| {
-            r.started.lock().unwrap().contains(&"slow".to_owned())
-        })
-        .await;
+    recorder.wait_until("the slow handler to start", |r| r.started.lock().unwrap().contains(&"slow".to_owned())).await;
     stop(shutdown, workers).await;
-    assert_eq!(
-        recorder.seen_ids(),
-        vec!["slow".to_owned()],
-        "the running handler finished before the stop"
-    );
+    assert_eq!(recorder.seen_ids(), vec!["slow".to_owned()], "the running handler finished before the stop");
     // It was acknowledged on the way out, not left in flight.
-    assert_eq!(
-        env.queue.depth(EXPORT).await.unwrap(),
-        QueueDepth::default()
-    );
+    assert_eq!(env.queue.depth(EXPORT).await.unwrap(), QueueDepth::default());
 
     // A message pushed after the stop stays queued.
     env.queue.push(EXPORT, "later").await.unwrap();
@@ -414,48 +331,21 @@ async fn shutdown_lets_running_handlers_finish(backend: Backend) {
 
 async fn messages_wait_for_workers(backend: Backend) {
     let env = Env::new(backend).await;
-    env.queue
-        .push(ContextOperationKind::Import, "early-1")
-        .await
-        .unwrap();
-    env.queue
-        .push(ContextOperationKind::Retention, "early-2")
-        .await
-        .unwrap();
+    env.queue.push(ContextOperationKind::Import, "early-1").await.unwrap();
+    env.queue.push(ContextOperationKind::Retention, "early-2").await.unwrap();
     let depth = env.queue.depth(ContextOperationKind::Import).await.unwrap();
-    assert_eq!(
-        depth,
-        QueueDepth {
-            pending: 1,
-            ..QueueDepth::default()
-        }
-    );
-    assert_eq!(
-        env.queue
-            .depth(ContextOperationKind::Retention)
-            .await
-            .unwrap()
-            .pending,
-        1
-    );
+    assert_eq!(depth, QueueDepth { pending: 1, ..QueueDepth::default() });
+    assert_eq!(env.queue.depth(ContextOperationKind::Retention).await.unwrap().pending, 1);
 
     // A separate handle, as after a restart, picks them up.
     let queue = Queue::connect(&env.config, &env.db).await.unwrap();
     let recorder = Recorder::with(&[], &[]);
     let shutdown = CancellationToken::new();
     let workers = queue.spawn_workers(recorder.handler(), shutdown.clone());
-    recorder
-        .wait_for_ids(&["early-1".to_owned(), "early-2".to_owned()])
-        .await;
+    recorder.wait_for_ids(&["early-1".to_owned(), "early-2".to_owned()]).await;
     let seen = recorder.seen.lock().unwrap().clone();
-    assert!(
-        seen.iter()
-            .any(|(k, id, _)| *k == ContextOperationKind::Import && id == "early-1")
-    );
-    assert!(
-        seen.iter()
-            .any(|(k, id, _)| *k == ContextOperationKind::Retention && id == "early-2")
-    );
+    assert!(seen.iter().any(|(k, id, _)| *k == ContextOperationKind::Import && id == "early-1"));
+    assert!(seen.iter().any(|(k, id, _)| *k == ContextOperationKind::Retention && id == "early-2"));
     stop(shutdown, workers).await;
     env.cleanup().await;
 }
@@ -467,9 +357,7 @@ async fn workers_restart_after_the_backend_forgets_them(backend: Backend) {
     let env = Env::new(backend).await;
     let recorder = Recorder::with(&[], &[]);
     let shutdown = CancellationToken::new();
-    let workers = env
-        .queue
-        .spawn_workers(recorder.handler(), shutdown.clone());
+    let workers = env.queue.spawn_workers(recorder.handler(), shutdown.clone());
     env.queue.push(DELETE, "before").await.unwrap();
     recorder.wait_for_ids(&["before".to_owned()]).await;
     env.wait_depth(DELETE, |d| d.inflight == 0).await;
@@ -497,17 +385,9 @@ async fn workers_restart_after_the_backend_forgets_them(backend: Backend) {
             let client = redis::Client::open(common::redis_url()).unwrap();
             let mut conn = client.get_multiplexed_async_connection().await.unwrap();
             let pattern = format!("{}:*", env.queue_name(DELETE));
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(&pattern)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut conn).await.unwrap();
             if !keys.is_empty() {
-                let _: u64 = redis::cmd("DEL")
-                    .arg(&keys)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
+                let _: u64 = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.unwrap();
             }
         }
     }
@@ -522,51 +402,29 @@ async fn vacuum_deletes_finished_messages(backend: Backend) {
     let env = Env::new(backend).await;
     let recorder = Recorder::with(&[], &[]);
     let shutdown = CancellationToken::new();
-    let workers = env
-        .queue
-        .spawn_workers(recorder.handler(), shutdown.clone());
+    let workers = env.queue.spawn_workers(recorder.handler(), shutdown.clone());
     let ids: Vec<String> = (0..10).map(|i| format!("v-{i}")).collect();
     for id in &ids {
-        env.queue
-            .push(ContextOperationKind::Inference, id)
-            .await
-            .unwrap();
+        env.queue.push(ContextOperationKind::Inference, id).await.unwrap();
     }
     recorder.wait_for_ids(&ids).await;
-    env.wait_depth(ContextOperationKind::Inference, |d| {
-        d.inflight == 0 && d.pending == 0
-    })
-    .await;
+    env.wait_depth(ContextOperationKind::Inference, |d| d.inflight == 0 && d.pending == 0).await;
 
-    assert_eq!(
-        env.queue.vacuum(Duration::from_secs(3600)).await.unwrap(),
-        0,
-        "nothing is an hour old"
-    );
+    assert_eq!(env.queue.vacuum(Duration::from_secs(3600)).await.unwrap(), 0, "nothing is an hour old");
     assert_eq!(env.queue.vacuum(Duration::ZERO).await.unwrap(), 10);
     assert_eq!(env.queue.vacuum(Duration::ZERO).await.unwrap(), 0);
     let left: u64 = match &env.db {
-        Db::Sqlite(pool) => {
-            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM Jobs WHERE job_type = $1")
-                .bind(env.queue_name(ContextOperationKind::Inference))
-                .fetch_one(pool)
-                .await
-                .unwrap() as u64
-        }
+        Db::Sqlite(pool) => sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM Jobs WHERE job_type = $1")
+            .bind(env.queue_name(ContextOperationKind::Inference))
+            .fetch_one(pool)
+            .await
+            .unwrap() as u64,
         Db::Postgres(_) => {
             let client = redis::Client::open(common::redis_url()).unwrap();
             let mut conn = client.get_multiplexed_async_connection().await.unwrap();
             let q = env.queue_name(ContextOperationKind::Inference);
-            let done: u64 = redis::cmd("SCARD")
-                .arg(format!("{q}:done"))
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            let data: u64 = redis::cmd("HLEN")
-                .arg(format!("{q}:data"))
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            let done: u64 = redis::cmd("SCARD").arg(format!("{q}:done")).query_async(&mut conn).await.unwrap();
+            let data: u64 = redis::cmd("HLEN").arg(format!("{q}:data")).query_async(&mut conn).await.unwrap();
             done + data
         }
     };
@@ -606,58 +464,28 @@ async fn postgres_without_redis_is_a_startup_error() {
     let dir = tempfile::tempdir().unwrap();
     let url = common::fresh_database(common::Backend::Postgres, dir.path()).await;
     let db = Db::connect(&url, 2).await.unwrap();
-    let config = Config {
-        redis_url: None,
-        ..Config::defaults()
-    };
-    let error = Queue::connect(&config, &db)
-        .await
-        .err()
-        .expect("refused")
-        .to_string();
+    let config = Config { redis_url: None, ..Config::defaults() };
+    let error = Queue::connect(&config, &db).await.err().expect("refused").to_string();
     assert!(error.contains("REDIS_URL"), "{error}");
 }
 
 #[tokio::test]
 async fn unreachable_redis_fails_fast() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::connect(&format!("sqlite:{}/q.sqlite", dir.path().display()), 2)
-        .await
-        .unwrap();
-    let config = Config {
-        redis_url: Some("redis://:secret@127.0.0.1:1".into()),
-        ..Config::defaults()
-    };
+    let db = Db::connect(&format!("sqlite:{}/q.sqlite", dir.path().display()), 2).await.unwrap();
+    let config = Config { redis_url: Some("redis://:secret@127.0.0.1:1".into()), ..Config::defaults() };
     let started = Instant::now();
-    let error = format!(
-        "{:#}",
-        Queue::connect(&config, &db).await.err().expect("refused")
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        started.elapsed()
-    );
-    assert!(
-        error.starts_with("cannot connect to Redis at redis://:***@127.0.0.1:1"),
-        "{error}"
-    );
-    assert!(
-        !error.contains("secret") && !error.contains('\n'),
-        "{error}"
-    );
+    let error = format!("{:#}", Queue::connect(&config, &db).await.err().expect("refused"));
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(error.starts_with("cannot connect to Redis at redis://:***@127.0.0.1:1"), "{error}");
+    assert!(!error.contains("secret") && !error.contains('\n'), "{error}");
 }
 
 #[tokio::test]
 async fn sqlite_queue_migrations_stay_out_of_our_migration_table() {
     let env = Env::new(Backend::Sqlite).await;
-    let Db::Sqlite(pool) = &env.db else {
-        unreachable!()
-    };
-    let apalis: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM _apalis_migrations")
-        .fetch_one(pool)
-        .await
-        .unwrap();
+    let Db::Sqlite(pool) = &env.db else { unreachable!() };
+    let apalis: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM _apalis_migrations").fetch_one(pool).await.unwrap();
     assert!(apalis > 0);
     // Our migrator still runs (no VersionMissing), and connecting again is a no-op.
     env.db.migrate().await.unwrap();

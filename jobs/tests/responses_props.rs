@@ -3,8 +3,8 @@
 //! retry helpers stay within their stated bounds.
 
 use context_jobs::responses::{
-    HttpDisposition, ResponseDecodeError, ResponsesRequest, RetryHeaders, backoff_ms,
-    build_request_body, build_responses_input, classify_http, decode_response,
+    HttpDisposition, ResponseDecodeError, ResponsesRequest, RetryHeaders, backoff_ms, build_request_body,
+    build_responses_input, classify_http, decode_response,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -99,10 +99,7 @@ fn near_valid_body() -> impl Strategy<Value = Value> {
                 body.insert("output_text".into(), Value::String(t));
             }
             if let Some((i, o)) = usage {
-                body.insert(
-                    "usage".into(),
-                    json!({"input_tokens": i, "output_tokens": o}),
-                );
+                body.insert("usage".into(), json!({"input_tokens": i, "output_tokens": o}));
             }
             Value::Object(body)
         })
@@ -110,12 +107,7 @@ fn near_valid_body() -> impl Strategy<Value = Value> {
 
 fn has_refusal_part(body: &Value) -> bool {
     body["output"].as_array().into_iter().flatten().any(|item| {
-        item["type"] == "message"
-            && item["content"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|p| p["type"] == "refusal")
+        item["type"] == "message" && item["content"].as_array().into_iter().flatten().any(|p| p["type"] == "refusal")
     })
 }
 

@@ -24,8 +24,8 @@ use context_jobs::artifact::{
     AppendUploadRequest, ArtifactInfo, ArtifactList, Decoder, FinalizeUploadRequest, Record, is_digest,
 };
 use context_jobs::contract::{
-    CONTEXT_EXPORT_ARTIFACT_CHUNK_PATH, CONTEXT_EXPORT_ARTIFACT_PATH, ContextExportArtifact, ContextExportArtifactChunk,
-    GetContextExportArtifactChunkRequest, GetContextExportArtifactRequest, clamp_page_size,
+    CONTEXT_EXPORT_ARTIFACT_CHUNK_PATH, CONTEXT_EXPORT_ARTIFACT_PATH, ContextExportArtifact,
+    ContextExportArtifactChunk, GetContextExportArtifactChunkRequest, GetContextExportArtifactRequest, clamp_page_size,
 };
 
 /// The most bytes one chunk download returns; larger `limit`s are clamped (the reply's
@@ -56,7 +56,9 @@ pub fn parse_artifact_id(id: &str) -> ApiResult<&str> {
 
 async fn load(state: &AppState, caller: &Caller, id: &str) -> ApiResult<ArtifactRow> {
     let id = parse_artifact_id(id)?;
-    store::get(&state.db, caller.tenant.as_str(), id).await?.ok_or_else(|| AppError::NotFound(format!("artifact {id} not found")))
+    store::get(&state.db, caller.tenant.as_str(), id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("artifact {id} not found")))
 }
 
 async fn load_ready(state: &AppState, caller: &Caller, id: &str) -> ApiResult<ArtifactRow> {
@@ -82,7 +84,8 @@ async fn get_whole(
             row.id, row.size_bytes
         )));
     }
-    let bytes = store::read_range(&state.db, caller.tenant.as_str(), &row.id, 0, row.size_bytes.max(0) as usize).await?;
+    let bytes =
+        store::read_range(&state.db, caller.tenant.as_str(), &row.id, 0, row.size_bytes.max(0) as usize).await?;
     let mut decoder = Decoder::new();
     let mut records = Vec::new();
     let undecodable = |e: context_jobs::artifact::DecodeError| {
@@ -119,7 +122,10 @@ async fn chunk(
     }
     let size = row.size_bytes.max(0) as u64;
     if request.offset > size {
-        return Err(AppError::BadRequest(format!("offset {} is past the end of the artifact ({size} bytes)", request.offset)));
+        return Err(AppError::BadRequest(format!(
+            "offset {} is past the end of the artifact ({size} bytes)",
+            request.offset
+        )));
     }
     let limit = request.limit.min(MAX_CHUNK_LIMIT);
     let data = store::read_range(&state.db, caller.tenant.as_str(), &row.id, request.offset, limit).await?;
@@ -149,7 +155,8 @@ async fn list(
     let Query(q) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let before = q.cursor.as_deref().map(decode_cursor).transpose()?;
     let limit = clamp_page_size(q.limit);
-    let mut rows = store::list(&state.db, &caller.tenant, before.as_ref().map(|(t, id)| (*t, id.as_str())), limit).await?;
+    let mut rows =
+        store::list(&state.db, &caller.tenant, before.as_ref().map(|(t, id)| (*t, id.as_str())), limit).await?;
     let more = rows.len() > limit;
     rows.truncate(limit);
     let next_cursor = more.then(|| rows.last().map(|r| encode_cursor(r.created_at_ms, &r.id))).flatten();
@@ -169,7 +176,11 @@ fn decode_cursor(s: &str) -> ApiResult<(i64, String)> {
     Ok((at, id.to_string()))
 }
 
-async fn info(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> ApiResult<ApiJson<ArtifactInfo>> {
+async fn info(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<ApiJson<ArtifactInfo>> {
     Ok(ApiJson(load(&state, &caller, &id).await?.info()))
 }
 

@@ -30,9 +30,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AppendJson<T> {
                 "expected a request body with content-type: application/json".into(),
             ));
         }
-        let too_large = || {
-            AppError::PayloadTooLarge(format!("an append carries at most {MAX_APPEND_BYTES} serialized bytes"))
-        };
+        let too_large =
+            || AppError::PayloadTooLarge(format!("an append carries at most {MAX_APPEND_BYTES} serialized bytes"));
         let mut stream = Body::into_data_stream(req.into_body());
         let mut buf = Vec::new();
         let mut seen = 0usize;

@@ -35,19 +35,8 @@ async fn submit(
     let key = idempotency_key(&headers)?;
     let payload = prepare(&state, &caller, submission).await?;
     let kind = ContextOperationKind::Inference;
-    let op = submit_operation(
-        &state,
-        &caller,
-        kind,
-        &payload,
-        key.as_deref(),
-        SubmitEffect::None,
-    )
-    .await?;
-    Ok(submitted_response(
-        &op,
-        operation_response(StatusCode::ACCEPTED, &op),
-    ))
+    let op = submit_operation(&state, &caller, kind, &payload, key.as_deref(), SubmitEffect::None).await?;
+    Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
 }
 
 /// Validate a submission and turn it into the stored request (shared with
@@ -60,15 +49,10 @@ pub async fn prepare(
     submission: InferenceSubmission,
 ) -> ApiResult<OperationRequest> {
     let job = submission.into_job().map_err(AppError::BadRequest)?;
-    if let (Some(conversation), true) = (
-        job.conversation_id.as_deref(),
-        job.request.messages.is_empty(),
-    ) {
+    if let (Some(conversation), true) = (job.conversation_id.as_deref(), job.request.messages.is_empty()) {
         let newest = messages::recent(&state.db, &caller.tenant, conversation, &[], 1).await?;
         if newest.is_empty() {
-            return Err(AppError::NotFound(format!(
-                "conversation {conversation:?} has no messages to load"
-            )));
+            return Err(AppError::NotFound(format!("conversation {conversation:?} has no messages to load")));
         }
     }
     Ok(OperationRequest::Inference(job))

@@ -49,8 +49,7 @@ async fn recent(
     validate_scope(&request.scope).map_err(AppError::BadRequest)?;
     validate_roles(&request.roles).map_err(AppError::BadRequest)?;
     let limit = clamp_page_size(request.limit);
-    let items =
-        store::recent(&state.db, &caller.tenant, &request.scope.conversation_id, &request.roles, limit).await?;
+    let items = store::recent(&state.db, &caller.tenant, &request.scope.conversation_id, &request.roles, limit).await?;
     Ok(ApiJson(MessagesResponse { items }))
 }
 
@@ -63,15 +62,9 @@ async fn page(
     validate_roles(&request.roles).map_err(AppError::BadRequest)?;
     let cursor = request.cursor.as_deref().map(MessageCursor::decode).transpose().map_err(AppError::BadRequest)?;
     let limit = clamp_page_size(request.limit);
-    let (items, next) = store::page(
-        &state.db,
-        &caller.tenant,
-        &request.scope.conversation_id,
-        &request.roles,
-        cursor.as_ref(),
-        limit,
-    )
-    .await?;
+    let (items, next) =
+        store::page(&state.db, &caller.tenant, &request.scope.conversation_id, &request.roles, cursor.as_ref(), limit)
+            .await?;
     Ok(ApiJson(MessagePage { items, next_cursor: next.map(|c| c.encode()) }))
 }
 

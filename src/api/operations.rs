@@ -62,7 +62,9 @@ fn truncate(s: &str) -> String {
 
 pub async fn load(state: &AppState, caller: &Caller, id: &str) -> ApiResult<OperationRow> {
     let id = parse_operation_id(id)?;
-    ops::get(&state.db, &caller.tenant, id).await?.ok_or_else(|| AppError::NotFound(format!("operation {id} not found")))
+    ops::get(&state.db, &caller.tenant, id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("operation {id} not found")))
 }
 
 /// The operation as JSON with its polling headers: ETag always, Retry-After while live.
@@ -114,9 +116,15 @@ async fn retention(
     let payload =
         OperationRequest::Retention { conversation_id: request.scope.conversation_id, policy: request.policy };
     let key = idempotency_key(&headers)?;
-    let op =
-        submit_operation(&state, &caller, ContextOperationKind::Retention, &payload, key.as_deref(), SubmitEffect::None)
-            .await?;
+    let op = submit_operation(
+        &state,
+        &caller,
+        ContextOperationKind::Retention,
+        &payload,
+        key.as_deref(),
+        SubmitEffect::None,
+    )
+    .await?;
     Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
 }
 
@@ -173,7 +181,9 @@ async fn advanced(
             let r = serde_json::from_value(body.request).map_err(bad)?;
             let (payload, request_key) = super::transfers::import_payload(&state, &caller, r).await?;
             if key.as_deref().is_some_and(|outer| outer != request_key) {
-                return Err(AppError::BadRequest("two different idempotency keys: the request's idempotencyKey is the one".into()));
+                return Err(AppError::BadRequest(
+                    "two different idempotency keys: the request's idempotencyKey is the one".into(),
+                ));
             }
             key = Some(request_key);
             (payload, None)
@@ -196,7 +206,12 @@ async fn get_by_body(
     Ok(operation_response(StatusCode::OK, &op))
 }
 
-async fn get_one(State(state): State<AppState>, caller: Caller, Path(id): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
+async fn get_one(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
     let op = load(&state, &caller, &id).await?;
     let tag = etag(&op.id, op.version.max(0) as u64);
     let matches = headers
@@ -231,7 +246,8 @@ async fn wait(
     let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
     let op = load(&state, &caller, &id).await?;
     let since = query.since_version.unwrap_or(op.version);
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(query.timeout_ms.unwrap_or(MAX_WAIT_MS).min(MAX_WAIT_MS));
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(query.timeout_ms.unwrap_or(MAX_WAIT_MS).min(MAX_WAIT_MS));
     let mut current = op;
     while current.version == since && !current.state.is_terminal() {
         let now = tokio::time::Instant::now();
@@ -297,12 +313,18 @@ async fn list(
     let kind = q
         .kind
         .as_deref()
-        .map(|k| ContextOperationKind::parse(k).ok_or_else(|| AppError::BadRequest(format!("unknown kind {:?}", truncate(k)))))
+        .map(|k| {
+            ContextOperationKind::parse(k)
+                .ok_or_else(|| AppError::BadRequest(format!("unknown kind {:?}", truncate(k))))
+        })
         .transpose()?;
     let op_state = q
         .state
         .as_deref()
-        .map(|s| ContextOperationState::parse(s).ok_or_else(|| AppError::BadRequest(format!("unknown state {:?}", truncate(s)))))
+        .map(|s| {
+            ContextOperationState::parse(s)
+                .ok_or_else(|| AppError::BadRequest(format!("unknown state {:?}", truncate(s))))
+        })
         .transpose()?;
     let cursor = q.cursor.as_deref().map(decode_cursor).transpose()?;
     let limit = clamp_page_size(q.limit);

@@ -18,9 +18,7 @@ pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
 pub fn validate_key(key: String) -> ApiResult<String> {
     if key.trim().is_empty() || key.chars().count() > MAX_RESOURCE_ID_CHARS {
-        return Err(AppError::BadRequest(format!(
-            "idempotency key must be 1..={MAX_RESOURCE_ID_CHARS} characters"
-        )));
+        return Err(AppError::BadRequest(format!("idempotency key must be 1..={MAX_RESOURCE_ID_CHARS} characters")));
     }
     Ok(key)
 }

@@ -36,7 +36,11 @@ pub fn export_payload(request: ExportContextRequest) -> OperationRequest {
 /// Validate an import request: exactly one source; an `artifactRef` must name a ready
 /// artifact of the caller's tenant (else 404/409); inline records obey the append limits.
 /// Returns the payload and the (required) idempotency key.
-pub async fn import_payload(state: &AppState, caller: &Caller, request: ImportContextRequest) -> ApiResult<(OperationRequest, String)> {
+pub async fn import_payload(
+    state: &AppState,
+    caller: &Caller,
+    request: ImportContextRequest,
+) -> ApiResult<(OperationRequest, String)> {
     let key = validate_key(request.idempotency_key)?;
     let inline = !request.messages.is_empty() || !request.entries.is_empty();
     match (&request.artifact_ref, inline) {
@@ -54,7 +58,10 @@ pub async fn import_payload(state: &AppState, caller: &Caller, request: ImportCo
                 .await?
                 .ok_or_else(|| AppError::NotFound(format!("artifact {id} not found")))?;
             if !row.is_ready() {
-                return Err(AppError::Conflict(format!("artifact {id} is {}; it can be imported once ready", row.state)));
+                return Err(AppError::Conflict(format!(
+                    "artifact {id} is {}; it can be imported once ready",
+                    row.state
+                )));
             }
         }
         (None, true) => {
@@ -87,8 +94,9 @@ async fn export(
 ) -> ApiResult<Response> {
     let key = idempotency_key(&headers)?;
     let payload = export_payload(request);
-    let op = submit_operation(&state, &caller, ContextOperationKind::Export, &payload, key.as_deref(), SubmitEffect::None)
-        .await?;
+    let op =
+        submit_operation(&state, &caller, ContextOperationKind::Export, &payload, key.as_deref(), SubmitEffect::None)
+            .await?;
     Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
 }
 
@@ -98,6 +106,7 @@ async fn import(
     AppendJson(request): AppendJson<ImportContextRequest>,
 ) -> ApiResult<Response> {
     let (payload, key) = import_payload(&state, &caller, request).await?;
-    let op = submit_operation(&state, &caller, ContextOperationKind::Import, &payload, Some(&key), SubmitEffect::None).await?;
+    let op = submit_operation(&state, &caller, ContextOperationKind::Import, &payload, Some(&key), SubmitEffect::None)
+        .await?;
     Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
 }

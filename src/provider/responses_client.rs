@@ -74,9 +74,8 @@ impl ResponsesClient {
         let key = config.responses_api_key.clone().filter(|k| !k.is_empty());
         let auth = match &key {
             Some(k) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {k}")).map_err(|_| {
-                    anyhow::anyhow!("RESPONSES_API_KEY is not a valid header value")
-                })?;
+                let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
+                    .map_err(|_| anyhow::anyhow!("RESPONSES_API_KEY is not a valid header value"))?;
                 v.set_sensitive(true);
                 Some(v)
             }
@@ -84,10 +83,7 @@ impl ResponsesClient {
         };
         Ok(Self {
             http: pooled_client(Duration::from_millis(config.responses_connect_timeout_ms))?,
-            url: format!(
-                "{}/v1/responses",
-                config.responses_base_url.trim_end_matches('/')
-            ),
+            url: format!("{}/v1/responses", config.responses_base_url.trim_end_matches('/')),
             auth,
             key,
             timeout: Duration::from_millis(config.responses_timeout_ms),
@@ -106,8 +102,7 @@ impl ResponsesClient {
             Err(TransportError::Other(_)) => "transport_error",
         };
         metrics::counter!(PROVIDER_REQUESTS, "status_class" => class).increment(1);
-        metrics::histogram!(PROVIDER_LATENCY, "status_class" => class)
-            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!(PROVIDER_LATENCY, "status_class" => class).record(started.elapsed().as_secs_f64());
         outcome
     }
 
@@ -118,13 +113,7 @@ impl ResponsesClient {
         }
         let mut response = request.send().await.map_err(|e| self.transport(&e))?;
         let status = response.status().as_u16();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
+        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
         let retry = RetryHeaders {
             retry_after_ms: header("retry-after-ms"),
             retry_after: header("retry-after"),
@@ -134,24 +123,15 @@ impl ResponsesClient {
         while let Some(chunk) = response.chunk().await.map_err(|e| self.transport(&e))? {
             if bytes.len() + chunk.len() > MAX_REPLY_BYTES {
                 let body = Err(format!("the reply body exceeds {MAX_REPLY_BYTES} bytes"));
-                return Ok(ProviderReply {
-                    status,
-                    retry,
-                    body,
-                });
+                return Ok(ProviderReply { status, retry, body });
             }
             bytes.extend_from_slice(&chunk);
         }
         let body = serde_json::from_slice(&bytes).map_err(|e| {
-            let shown =
-                String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_PROVIDER_TEXT)]).into_owned();
+            let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_PROVIDER_TEXT)]).into_owned();
             self.scrub(&format!("the reply body is not JSON ({e}): {shown:?}"))
         });
-        Ok(ProviderReply {
-            status,
-            retry,
-            body,
-        })
+        Ok(ProviderReply { status, retry, body })
     }
 
     fn transport(&self, e: &reqwest::Error) -> TransportError {
@@ -184,10 +164,7 @@ impl ResponsesClient {
 /// timeout is set per request.
 fn pooled_client(connect_timeout: Duration) -> anyhow::Result<reqwest::Client> {
     static CLIENTS: OnceLock<Mutex<HashMap<Duration, reqwest::Client>>> = OnceLock::new();
-    let mut clients = CLIENTS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let mut clients = CLIENTS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     if let Some(client) = clients.get(&connect_timeout) {
         return Ok(client.clone());
     }
@@ -219,10 +196,7 @@ mod tests {
         assert!(auth.is_sensitive());
         assert!(!format!("{auth:?}").contains("sk-secret"));
         assert!(client(None).auth.is_none());
-        assert!(
-            client(Some("")).auth.is_none(),
-            "an empty key sends no header"
-        );
+        assert!(client(Some("")).auth.is_none(), "an empty key sends no header");
     }
 
     #[test]

@@ -95,10 +95,7 @@ enum Backend {
 }
 
 fn kind_index(kind: ContextOperationKind) -> usize {
-    ContextOperationKind::ALL
-        .iter()
-        .position(|k| *k == kind)
-        .expect("ALL lists every kind")
+    ContextOperationKind::ALL.iter().position(|k| *k == kind).expect("ALL lists every kind")
 }
 
 impl Queue {
@@ -106,15 +103,10 @@ impl Queue {
     /// pool (its migrations tracked in `_apalis_migrations`). PostgreSQL without `REDIS_URL`
     /// is a startup error; unreachable Redis fails fast with one clear line.
     pub async fn connect(config: &Config, db: &Db) -> anyhow::Result<Queue> {
-        anyhow::ensure!(
-            !config.queue_namespace.is_empty(),
-            "CONTEXT_OPS_QUEUE_NAMESPACE must not be empty"
-        );
+        anyhow::ensure!(!config.queue_namespace.is_empty(), "CONTEXT_OPS_QUEUE_NAMESPACE must not be empty");
         let backend = match (&config.redis_url, db) {
             (Some(url), _) => Backend::Redis(redis::RedisQueue::connect(url).await?),
-            (None, Db::Sqlite(pool)) => {
-                Backend::Sqlite(sqlite::SqliteQueue::connect(pool.clone()).await?)
-            }
+            (None, Db::Sqlite(pool)) => Backend::Sqlite(sqlite::SqliteQueue::connect(pool.clone()).await?),
             (None, Db::Postgres(_)) => anyhow::bail!(
                 "REDIS_URL is required with a PostgreSQL DATABASE_URL: the embedded queue runs only on SQLite"
             ),
@@ -124,10 +116,7 @@ impl Queue {
                 backend,
                 namespace: config.queue_namespace.clone(),
                 concurrency: config.worker_concurrency.max(1),
-                wake: ContextOperationKind::ALL
-                    .iter()
-                    .map(|_| Arc::new(Notify::new()))
-                    .collect(),
+                wake: ContextOperationKind::ALL.iter().map(|_| Arc::new(Notify::new())).collect(),
             }),
         })
     }
@@ -147,9 +136,7 @@ impl Queue {
 
     /// Push one message to the kind's queue.
     pub async fn push(&self, kind: ContextOperationKind, operation_id: &str) -> anyhow::Result<()> {
-        let payload = serde_json::to_vec(&OperationMessage {
-            operation_id: operation_id.to_owned(),
-        })?;
+        let payload = serde_json::to_vec(&OperationMessage { operation_id: operation_id.to_owned() })?;
         let queue = self.queue_name(kind);
         let result = match &self.inner.backend {
             Backend::Redis(r) => r.push(&queue, payload).await,
@@ -201,14 +188,7 @@ impl Queue {
     ) -> tokio::task::JoinHandle<anyhow::Result<()>> {
         let supervisors: Vec<_> = ContextOperationKind::ALL
             .into_iter()
-            .map(|kind| {
-                tokio::spawn(worker::supervise(
-                    self.clone(),
-                    kind,
-                    handler.clone(),
-                    shutdown.clone(),
-                ))
-            })
+            .map(|kind| tokio::spawn(worker::supervise(self.clone(), kind, handler.clone(), shutdown.clone())))
             .collect();
         tokio::spawn(async move {
             let mut failures = Vec::new();
@@ -216,16 +196,10 @@ impl Queue {
                 match supervisor.await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => failures.push(format!("{}: {e:#}", kind.as_str())),
-                    Err(e) => {
-                        failures.push(format!("{}: supervisor task failed: {e}", kind.as_str()))
-                    }
+                    Err(e) => failures.push(format!("{}: supervisor task failed: {e}", kind.as_str())),
                 }
             }
-            anyhow::ensure!(
-                failures.is_empty(),
-                "queue workers did not stop cleanly: {}",
-                failures.join("; ")
-            );
+            anyhow::ensure!(failures.is_empty(), "queue workers did not stop cleanly: {}", failures.join("; "));
             Ok(())
         })
     }

@@ -9,9 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use apalis::prelude::{
-    BackendExt as _, TaskBuilder, WorkerBuilder, WorkerBuilderExt as _, WorkerContext,
-};
+use apalis::prelude::{BackendExt as _, TaskBuilder, WorkerBuilder, WorkerBuilderExt as _, WorkerContext};
 use apalis_redis::{Config as RedisConfig, RedisStorage};
 use futures::FutureExt as _;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -27,10 +25,7 @@ pub(super) struct RedisQueue {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs()
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
 }
 
 fn apalis_config(queue: &str) -> RedisConfig {
@@ -87,15 +82,7 @@ return deleted
 ";
 
 fn glob_escape(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-                vec!['\\', c]
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
+    s.chars().flat_map(|c| if matches!(c, '*' | '?' | '[' | ']' | '\\') { vec!['\\', c] } else { vec![c] }).collect()
 }
 
 impl RedisQueue {
@@ -147,12 +134,7 @@ impl RedisQueue {
             .arg(config.inflight_jobs_set())
             .invoke_async(&mut conn)
             .await?;
-        Ok(QueueDepth {
-            pending,
-            scheduled,
-            inflight,
-            dead,
-        })
+        Ok(QueueDepth { pending, scheduled, inflight, dead })
     }
 
     pub(super) async fn vacuum(&self, queue: &str, older_than: Duration) -> anyhow::Result<u64> {
@@ -164,20 +146,11 @@ impl RedisQueue {
         for set in [config.done_jobs_set(), config.dead_jobs_set()] {
             let mut cursor = 0u64;
             loop {
-                let (next, ids): (u64, Vec<String>) = redis::cmd("SSCAN")
-                    .arg(&set)
-                    .arg(cursor)
-                    .arg("COUNT")
-                    .arg(500)
-                    .query_async(&mut conn)
-                    .await?;
+                let (next, ids): (u64, Vec<String>) =
+                    redis::cmd("SSCAN").arg(&set).arg(cursor).arg("COUNT").arg(500).query_async(&mut conn).await?;
                 if !ids.is_empty() {
                     let mut invocation = script.prepare_invoke();
-                    invocation
-                        .key(&set)
-                        .key(config.job_data_hash())
-                        .arg(cutoff)
-                        .arg(config.job_meta_hash());
+                    invocation.key(&set).key(config.job_data_hash()).arg(cutoff).arg(config.job_meta_hash());
                     for id in &ids {
                         invocation.arg(id);
                     }
@@ -206,11 +179,8 @@ impl RedisQueue {
                 let Some(worker) = key.strip_prefix(&prefix) else {
                     continue;
                 };
-                let alive: Option<f64> = redis::cmd("ZSCORE")
-                    .arg(config.workers_set())
-                    .arg(worker)
-                    .query_async(&mut conn)
-                    .await?;
+                let alive: Option<f64> =
+                    redis::cmd("ZSCORE").arg(config.workers_set()).arg(worker).query_async(&mut conn).await?;
                 if alive.is_none() {
                     let _: u64 = redis::cmd("DEL").arg(&key).query_async(&mut conn).await?;
                 }

@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use apalis::prelude::{
-    BackendExt as _, TaskBuilder, WorkerBuilder, WorkerBuilderExt as _, WorkerContext,
-};
+use apalis::prelude::{BackendExt as _, TaskBuilder, WorkerBuilder, WorkerBuilderExt as _, WorkerContext};
 use apalis_sqlite::{Config as SqliteConfig, SqliteStorage};
 use futures::FutureExt as _;
 use sqlx::SqlitePool;
@@ -27,10 +25,7 @@ pub(super) struct SqliteQueue {
 }
 
 fn now_secs() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs() as i64
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64
 }
 
 fn apalis_config(queue: &str) -> SqliteConfig {
@@ -68,10 +63,7 @@ impl SqliteQueue {
     pub(super) async fn connect(pool: SqlitePool) -> anyhow::Result<Self> {
         let mut migrator = SqliteStorage::migrations();
         migrator.dangerous_set_table_name(APALIS_MIGRATIONS_TABLE);
-        migrator
-            .run(&pool)
-            .await
-            .context("apalis-sqlite queue migration failed")?;
+        migrator.run(&pool).await.context("apalis-sqlite queue migration failed")?;
         Ok(Self { pool })
     }
 
@@ -83,46 +75,24 @@ impl SqliteQueue {
     }
 
     pub(super) async fn depth(&self, queue: &str) -> anyhow::Result<QueueDepth> {
-        let (pending, scheduled, inflight, dead): (i64, i64, i64, i64) = sqlx::query_as(DEPTH)
-            .bind(queue)
-            .bind(now_secs())
-            .fetch_one(&self.pool)
-            .await?;
+        let (pending, scheduled, inflight, dead): (i64, i64, i64, i64) =
+            sqlx::query_as(DEPTH).bind(queue).bind(now_secs()).fetch_one(&self.pool).await?;
         let n = |v: i64| u64::try_from(v).unwrap_or(0);
-        Ok(QueueDepth {
-            pending: n(pending),
-            scheduled: n(scheduled),
-            inflight: n(inflight),
-            dead: n(dead),
-        })
+        Ok(QueueDepth { pending: n(pending), scheduled: n(scheduled), inflight: n(inflight), dead: n(dead) })
     }
 
     pub(super) async fn vacuum(&self, queue: &str, older_than: Duration) -> anyhow::Result<u64> {
         let cutoff = now_secs().saturating_sub(older_than.as_secs() as i64);
-        let jobs = sqlx::query(VACUUM_JOBS)
-            .bind(queue)
-            .bind(cutoff)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+        let jobs = sqlx::query(VACUUM_JOBS).bind(queue).bind(cutoff).execute(&self.pool).await?.rows_affected();
         // A live worker refreshes `last_seen` every heartbeat; give the dead ones at least
         // ten minutes (and never less than `older_than`) before forgetting them.
         let worker_cutoff = cutoff.min(now_secs() - 600);
-        sqlx::query(VACUUM_WORKERS)
-            .bind(queue)
-            .bind(worker_cutoff)
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(VACUUM_WORKERS).bind(queue).bind(worker_cutoff).execute(&self.pool).await?;
         Ok(jobs)
     }
 
     pub(super) async fn release_worker(&self, queue: &str, worker: &str) -> anyhow::Result<u64> {
-        Ok(sqlx::query(RELEASE)
-            .bind(queue)
-            .bind(worker)
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
+        Ok(sqlx::query(RELEASE).bind(queue).bind(worker).execute(&self.pool).await?.rows_affected())
     }
 
     pub(super) fn worker(

@@ -17,8 +17,8 @@ use tokio::sync::{Notify, futures::OwnedNotified};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Backend, OperationHandler, OperationMessage, POLL_INTERVAL, QUEUE_DELIVERIES,
-    QUEUE_WORKER_RESTARTS, Queue, SHUTDOWN_TIMEOUT, kind_index,
+    Backend, OperationHandler, OperationMessage, POLL_INTERVAL, QUEUE_DELIVERIES, QUEUE_WORKER_RESTARTS, Queue,
+    SHUTDOWN_TIMEOUT, kind_index,
 };
 
 /// A delivered payload. Decoding never fails: anything that is not an `OperationMessage`
@@ -40,9 +40,7 @@ impl Codec<Envelope> for LenientCodec {
 
     fn encode(&self, value: &Envelope) -> Result<Vec<u8>, Infallible> {
         Ok(match value {
-            Envelope::Message(message) => {
-                serde_json::to_vec(message).expect("a struct of strings serializes")
-            }
+            Envelope::Message(message) => serde_json::to_vec(message).expect("a struct of strings serializes"),
             Envelope::Undecodable(raw) => raw.clone(),
         })
     }
@@ -126,16 +124,10 @@ impl PollStrategy for WakeOrInterval {
             ready = true;
         }
         while self.tick.as_mut().poll(cx).is_ready() {
-            self.tick
-                .as_mut()
-                .reset(tokio::time::Instant::now() + POLL_INTERVAL);
+            self.tick.as_mut().reset(tokio::time::Instant::now() + POLL_INTERVAL);
             ready = true;
         }
-        if ready {
-            Poll::Ready(Some(()))
-        } else {
-            Poll::Pending
-        }
+        if ready { Poll::Ready(Some(())) } else { Poll::Pending }
     }
 }
 
@@ -147,23 +139,10 @@ pub(super) fn worker_name(kind: ContextOperationKind, restarts: u32) -> String {
         .ok()
         .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
         .unwrap_or_default();
-    let host: String = host
-        .trim()
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
-        .take(63)
-        .collect();
-    let host = if host.is_empty() {
-        "host".to_owned()
-    } else {
-        host
-    };
-    format!(
-        "{host}-{}-{}-r{restarts}-{:08x}",
-        std::process::id(),
-        kind.as_str(),
-        fastrand::u32(..)
-    )
+    let host: String =
+        host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')).take(63).collect();
+    let host = if host.is_empty() { "host".to_owned() } else { host };
+    format!("{host}-{}-{}-r{restarts}-{:08x}", std::process::id(), kind.as_str(), fastrand::u32(..))
 }
 
 fn restart_delay(consecutive_failures: u32) -> Duration {
@@ -209,11 +188,7 @@ pub(super) async fn supervise(
         };
         release(&queue.inner.backend, &queue_name, &name).await;
         restarts += 1;
-        consecutive_failures = if started.elapsed() > Duration::from_secs(60) {
-            1
-        } else {
-            consecutive_failures + 1
-        };
+        consecutive_failures = if started.elapsed() > Duration::from_secs(60) { 1 } else { consecutive_failures + 1 };
         let delay = restart_delay(consecutive_failures);
         metrics::counter!(QUEUE_WORKER_RESTARTS, "kind" => kind.as_str()).increment(1);
         match result {

@@ -21,14 +21,12 @@ use sqlx::AssertSqlSafe;
 use super::{json_column, placeholders, row_placeholders};
 use context_jobs::contract::{ConversationRecord, content_text, search_fold};
 
-pub const UPSERT_CONVERSATION_SQL: &str =
-    "INSERT INTO conversations (tenant, conversation_id, agent_id, created_at_ms, updated_at_ms) \
+pub const UPSERT_CONVERSATION_SQL: &str = "INSERT INTO conversations (tenant, conversation_id, agent_id, created_at_ms, updated_at_ms) \
      VALUES ($1, $2, $3, $4, $4) \
      ON CONFLICT (tenant, conversation_id) DO UPDATE SET updated_at_ms = conversations.updated_at_ms \
      RETURNING next_sequence, deleting_operation";
 
-pub const ADVANCE_CONVERSATION_SQL: &str =
-    "UPDATE conversations SET next_sequence = $3, message_count = message_count + $4, \
+pub const ADVANCE_CONVERSATION_SQL: &str = "UPDATE conversations SET next_sequence = $3, message_count = message_count + $4, \
      updated_at_ms = $5, agent_id = COALESCE(agent_id, $6) WHERE tenant = $1 AND conversation_id = $2";
 
 /// Group a batch by conversation (key order), keeping batch order inside each group and
@@ -181,8 +179,7 @@ fn columns<'a>(r: &'a ConversationRecord, now: i64) -> Columns<'a> {
 }
 
 /// The stored columns of a message row, in the order both inserts write them.
-const COLUMN_LIST: &str =
-    "tenant, conversation_id, id, sequence, role, scope, content, search_text, name, tool_call_id, created_at_ms, metadata";
+const COLUMN_LIST: &str = "tenant, conversation_id, id, sequence, role, scope, content, search_text, name, tool_call_id, created_at_ms, metadata";
 
 impl MessageRows for sqlx::PgConnection {
     /// Optimistic bulk insert under a savepoint: the primary key itself detects a duplicate
@@ -208,7 +205,12 @@ impl MessageRows for sqlx::PgConnection {
         }
     }
 
-    async fn existing_message_ids(&mut self, tenant: &str, conversation: &str, ids: &[&str]) -> Result<HashSet<String>, sqlx::Error> {
+    async fn existing_message_ids(
+        &mut self,
+        tenant: &str,
+        conversation: &str,
+        ids: &[&str],
+    ) -> Result<HashSet<String>, sqlx::Error> {
         let found: Vec<String> =
             sqlx::query_scalar("SELECT id FROM messages WHERE tenant = $1 AND conversation_id = $2 AND id = ANY($3)")
                 .bind(tenant)
@@ -272,7 +274,12 @@ impl MessageRows for sqlx::SqliteConnection {
         Ok(false)
     }
 
-    async fn existing_message_ids(&mut self, tenant: &str, conversation: &str, ids: &[&str]) -> Result<HashSet<String>, sqlx::Error> {
+    async fn existing_message_ids(
+        &mut self,
+        tenant: &str,
+        conversation: &str,
+        ids: &[&str],
+    ) -> Result<HashSet<String>, sqlx::Error> {
         let mut found = HashSet::new();
         for part in ids.chunks(SQLITE_IDS_PER_QUERY) {
             let sql = format!(

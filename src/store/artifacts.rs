@@ -19,7 +19,8 @@ use context_jobs::artifact::{ArtifactDigest, ArtifactInfo, origin, state};
 const COLUMNS: &str = "id, tenant, origin, state, operation_id, size_bytes, digest, messages, entries, \
     created_at_ms, updated_at_ms, expires_at_ms";
 
-type Row = (String, String, String, String, Option<String>, i64, Option<String>, Option<i64>, Option<i64>, i64, i64, i64);
+type Row =
+    (String, String, String, String, Option<String>, i64, Option<String>, Option<i64>, Option<i64>, i64, i64, i64);
 
 /// One artifact row.
 #[derive(Debug, Clone)]
@@ -40,7 +41,8 @@ pub struct ArtifactRow {
 
 impl From<Row> for ArtifactRow {
     fn from(r: Row) -> Self {
-        let (id, tenant, origin, state, operation_id, size_bytes, digest, messages, entries, created, updated, expires) = r;
+        let (id, tenant, origin, state, operation_id, size_bytes, digest, messages, entries, created, updated, expires) =
+            r;
         Self {
             id,
             tenant,
@@ -92,7 +94,12 @@ pub async fn get(db: &Db, tenant: &str, id: &str) -> StoreResult<Option<Artifact
 
 /// The tenant's live artifacts, newest first, strictly before `(created_at_ms, id)`.
 /// Returns one more row than `limit` when more exist.
-pub async fn list(db: &Db, tenant: &TenantKey, before: Option<(i64, &str)>, limit: usize) -> StoreResult<Vec<ArtifactRow>> {
+pub async fn list(
+    db: &Db,
+    tenant: &TenantKey,
+    before: Option<(i64, &str)>,
+    limit: usize,
+) -> StoreResult<Vec<ArtifactRow>> {
     let (at, id) = before.unwrap_or((i64::MAX, ""));
     let sql = format!(
         "SELECT {COLUMNS} FROM artifacts WHERE tenant = $1 AND expires_at_ms > $2 \
@@ -236,7 +243,13 @@ pub async fn create_upload(db: &Db, tenant: &TenantKey, retention_days: u32) -> 
 
 /// Append `data` to an upload at `offset`, which must equal the bytes received so far. A
 /// retried append of bytes already stored at that offset is accepted as a no-op.
-pub async fn append_upload(db: &Db, tenant: &TenantKey, id: &str, offset: u64, data: &[u8]) -> StoreResult<ArtifactRow> {
+pub async fn append_upload(
+    db: &Db,
+    tenant: &TenantKey,
+    id: &str,
+    offset: u64,
+    data: &[u8],
+) -> StoreResult<ArtifactRow> {
     let now = now_ms();
     let appended = with_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
@@ -265,12 +278,16 @@ pub async fn append_upload(db: &Db, tenant: &TenantKey, id: &str, offset: u64, d
         }
         Ok::<_, StoreError>(grown)
     })?;
-    let row = get(db, tenant.as_str(), id).await?.ok_or_else(|| StoreError::NotFound(format!("artifact {id} not found")))?;
+    let row =
+        get(db, tenant.as_str(), id).await?.ok_or_else(|| StoreError::NotFound(format!("artifact {id} not found")))?;
     if appended {
         return Ok(row);
     }
     if row.state != state::UPLOADING {
-        return Err(StoreError::Conflict(format!("artifact {id} is {}; only an uploading artifact takes bytes", row.state)));
+        return Err(StoreError::Conflict(format!(
+            "artifact {id} is {}; only an uploading artifact takes bytes",
+            row.state
+        )));
     }
     let size = row.size_bytes.max(0) as u64;
     let end = offset.saturating_add(data.len() as u64);
@@ -285,12 +302,16 @@ pub async fn append_upload(db: &Db, tenant: &TenantKey, id: &str, offset: u64, d
 /// Seal an upload: its bytes must hash to `expected` (else `Invalid`, and it stays open).
 /// Sealing an artifact already sealed with the same digest is a no-op.
 pub async fn seal_upload(db: &Db, tenant: &TenantKey, id: &str, expected: &str) -> StoreResult<ArtifactRow> {
-    let row = get(db, tenant.as_str(), id).await?.ok_or_else(|| StoreError::NotFound(format!("artifact {id} not found")))?;
+    let row =
+        get(db, tenant.as_str(), id).await?.ok_or_else(|| StoreError::NotFound(format!("artifact {id} not found")))?;
     if row.is_ready() && row.origin == origin::UPLOAD && row.digest.as_deref() == Some(expected) {
         return Ok(row);
     }
     if row.state != state::UPLOADING {
-        return Err(StoreError::Conflict(format!("artifact {id} is {}; only an uploading artifact can be finalised", row.state)));
+        return Err(StoreError::Conflict(format!(
+            "artifact {id} is {}; only an uploading artifact can be finalised",
+            row.state
+        )));
     }
     let size = row.size_bytes.max(0) as u64;
     let actual = digest_prefix(db, tenant.as_str(), id, size).await?.finish();
@@ -319,12 +340,25 @@ pub async fn seal_upload(db: &Db, tenant: &TenantKey, id: &str, expected: &str) 
     get(db, tenant.as_str(), id).await?.ok_or_else(|| StoreError::NotFound(format!("artifact {id} not found")))
 }
 
-/// `INSERT` of `n` chunks: `(artifact_id, start_offset, length, data)` per row.
-pub fn insert_chunks_sql(n: usize) -> String {
-    format!(
-        "INSERT INTO artifact_chunks (artifact_id, start_offset, length, data) VALUES {}",
-        super::row_placeholders(1, n, 4)
-    )
+/// In a checkpointed batch's transaction (`$conn` = `&mut *tx`, `$db` the [`Db`]): on
+/// PostgreSQL, let its commit return before its WAL is flushed to disk. Safe for export
+/// and import batches: a batch's effect and its checkpoint are one transaction, so a server
+/// crash loses whole batches, newest first, and the job redoes them from the checkpoint
+/// that survived; the operation's final transition is an ordinary durable commit, which
+/// flushes everything before it. (A fsync per batch costs more than the batch on some
+/// disks.) SQLite in WAL mode with `synchronous = NORMAL` already commits this way.
+/// Evaluates to `Result<(), sqlx::Error>`.
+#[macro_export]
+macro_rules! relax_commit {
+    ($conn:expr, $db:expr) => {
+        async {
+            if $db.engine() == $crate::db::Engine::Postgres {
+                sqlx::query("SET LOCAL synchronous_commit = off").execute($conn).await?;
+            }
+            Ok::<(), sqlx::Error>(())
+        }
+        .await
+    };
 }
 
 pub const CREATE_EXPORT_SQL: &str = "INSERT INTO artifacts (id, tenant, origin, state, operation_id, created_at_ms, \
@@ -348,40 +382,55 @@ macro_rules! create_export_artifact {
     }};
 }
 
-/// In an export's transaction: append `$chunks` (`Vec<(u64, Vec<u8>)>`, offsets from the
-/// encoder) to artifact `$id`, which must still be `writing` (the row lock also keeps a
-/// concurrent delete out). Evaluates to `Result<bool /* still there */, sqlx::Error>`.
+/// In an export's transaction: append `$chunks` (`&[(u64, Vec<u8>)]`, offsets from the
+/// encoder) to artifact `$id`. Evaluates to `Result<(), sqlx::Error>`; an artifact deleted
+/// meanwhile fails the foreign key ([`is_missing_parent`]).
 #[macro_export]
-macro_rules! store_export_chunks {
+macro_rules! insert_export_chunks {
     ($conn:expr, $id:expr, $chunks:expr) => {
         async {
             let conn = $conn;
             let id: &str = $id;
             let chunks: &[(u64, Vec<u8>)] = $chunks;
-            let live = sqlx::query("UPDATE artifacts SET updated_at_ms = $2 WHERE id = $1 AND state = 'writing'")
+            for (offset, data) in chunks {
+                sqlx::query(
+                    "INSERT INTO artifact_chunks (artifact_id, start_offset, length, data) VALUES ($1, $2, $3, $4)",
+                )
                 .bind(id)
-                .bind($crate::store::now_ms())
+                .bind(*offset as i64)
+                .bind(data.len() as i64)
+                .bind(data.as_slice())
                 .execute(&mut *conn)
-                .await?
-                .rows_affected()
-                == 1;
-            if !live {
-                return Ok::<bool, sqlx::Error>(false);
+                .await?;
             }
-            // One statement for all of them: each statement sent is a chance for Nagle's
-            // algorithm (left on by sqlx) to hold its tail for the server's delayed ACK.
-            if !chunks.is_empty() {
-                let sql = $crate::store::artifacts::insert_chunks_sql(chunks.len());
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-                for (offset, data) in chunks {
-                    query = query.bind(id).bind(*offset as i64).bind(data.len() as i64).bind(data.as_slice());
-                }
-                query.execute(&mut *conn).await?;
-            }
-            Ok(true)
+            // The connection's buffers grew to a chunk; give that back so a pool of
+            // connections that each once carried a chunk does not hold one apiece.
+            sqlx::Connection::shrink_buffers(&mut *conn);
+            Ok::<(), sqlx::Error>(())
         }
         .await
     };
+}
+
+/// In an export's transaction: confirm artifact `$id` is still being written, and lock
+/// its row against a concurrent delete until the commit. Evaluates to
+/// `Result<bool /* still there */, sqlx::Error>`.
+#[macro_export]
+macro_rules! touch_export_artifact {
+    ($conn:expr, $id:expr) => {
+        sqlx::query("UPDATE artifacts SET updated_at_ms = $2 WHERE id = $1 AND state = 'writing'")
+            .bind($id)
+            .bind($crate::store::now_ms())
+            .execute($conn)
+            .await
+            .map(|r| r.rows_affected() == 1)
+    };
+}
+
+/// A foreign key found no parent row: the artifact a chunk belongs to is gone.
+pub fn is_missing_parent(e: &sqlx::Error) -> bool {
+    // PostgreSQL foreign_key_violation; SQLite SQLITE_CONSTRAINT_FOREIGNKEY.
+    matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("23503") | Some("787")))
 }
 
 pub const SEAL_EXPORT_SQL: &str = "UPDATE artifacts SET state = 'ready', size_bytes = $2, digest = $3, messages = $4, \

@@ -195,11 +195,20 @@ pub async fn heartbeat(db: &Db, lease: &Lease) -> Result<bool, FenceError> {
 
 /// How an attempt ends.
 pub enum Finish<'a> {
-    Succeeded { result: &'a serde_json::Value },
-    Failed { code: &'a str, message: &'a str },
+    Succeeded {
+        result: &'a serde_json::Value,
+    },
+    Failed {
+        code: &'a str,
+        message: &'a str,
+    },
     Cancelled,
     /// Back to `queued`, not before `not_before_ms` (a transient failure).
-    Retry { not_before_ms: i64, code: &'a str, message: &'a str },
+    Retry {
+        not_before_ms: i64,
+        code: &'a str,
+        message: &'a str,
+    },
     /// Back to `queued` at once, this attempt not counted (graceful shutdown).
     Release,
 }

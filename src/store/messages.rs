@@ -8,12 +8,9 @@ use super::{StoreError, StoreResult, parse_json_column, placeholders};
 use crate::auth::TenantKey;
 use crate::db::{BeginWrite as _, Db};
 use crate::with_pool;
-use context_jobs::contract::{
-    AppendResponse, ConversationRecord, ConversationSummary, MessageCursor, search_fold,
-};
+use context_jobs::contract::{AppendResponse, ConversationRecord, ConversationSummary, MessageCursor, search_fold};
 
-const MESSAGE_COLUMNS: &str =
-    "id, sequence, role, scope, content, name, tool_call_id, created_at_ms, metadata";
+const MESSAGE_COLUMNS: &str = "id, sequence, role, scope, content, name, tool_call_id, created_at_ms, metadata";
 
 type MessageRow = (String, i64, String, String, String, Option<String>, Option<String>, i64, Option<String>);
 
@@ -49,45 +46,20 @@ pub async fn append(db: &Db, tenant: &TenantKey, records: &[ConversationRecord])
     })
 }
 
-/// How many messages the tenant holds (an export's total).
-pub async fn count_all(db: &Db, tenant: &TenantKey) -> StoreResult<i64> {
+/// About how many messages the tenant holds (an export's progress total): the sum of the
+/// conversations' counts, far cheaper than counting the rows.
+pub async fn count_estimate(db: &Db, tenant: &TenantKey) -> StoreResult<i64> {
     Ok(with_pool!(db, pool => {
-        sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE tenant = $1").bind(tenant.as_str()).fetch_one(pool).await?
-    }))
-}
-
-/// One page of the tenant's messages in export order — conversation id, then sequence —
-/// after the position `(conversation_id, sequence)`.
-pub async fn export_page(
-    db: &Db,
-    tenant: &TenantKey,
-    after: Option<(&str, i64)>,
-    limit: usize,
-) -> StoreResult<Vec<ConversationRecord>> {
-    let (after_conversation, after_sequence) = after.unwrap_or(("", i64::MIN));
-    let sql = format!(
-        "SELECT {MESSAGE_COLUMNS} FROM messages WHERE tenant = $1 \
-         AND (conversation_id, sequence) > ($2, $3) \
-         ORDER BY conversation_id ASC, sequence ASC LIMIT {limit}"
-    );
-    let rows = with_pool!(db, pool => {
-        sqlx::query_as::<_, MessageRow>(AssertSqlSafe(sql))
+        sqlx::query_scalar("SELECT CAST(COALESCE(SUM(message_count), 0) AS BIGINT) FROM conversations WHERE tenant = $1")
             .bind(tenant.as_str())
-            .bind(after_conversation)
-            .bind(after_sequence)
-            .fetch_all(pool)
+            .fetch_one(pool)
             .await?
-    });
-    records_from_rows(rows)
+    }))
 }
 
 /// `AND role IN (…)` over parameters from `$start`, or nothing when `roles` is empty.
 fn role_filter(start: usize, roles: &[String]) -> String {
-    if roles.is_empty() {
-        String::new()
-    } else {
-        format!(" AND role IN ({})", placeholders(start, roles.len()))
-    }
+    if roles.is_empty() { String::new() } else { format!(" AND role IN ({})", placeholders(start, roles.len())) }
 }
 
 /// The newest `limit` messages, returned oldest first.
@@ -168,11 +140,7 @@ pub async fn page(
     });
     let more = rows.len() > limit;
     rows.truncate(limit);
-    let next = if more {
-        rows.last().map(|r| MessageCursor { sequence: r.1, id: r.0.clone() })
-    } else {
-        None
-    };
+    let next = if more { rows.last().map(|r| MessageCursor { sequence: r.1, id: r.0.clone() }) } else { None };
     Ok((records_from_rows(rows)?, next))
 }
 

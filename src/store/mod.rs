@@ -5,11 +5,12 @@ pub mod append;
 pub mod artifacts;
 pub mod entries;
 pub mod entry_writes;
-pub mod recall_index;
-pub mod vectors;
+pub mod export_pages;
 pub mod leases;
 pub mod messages;
 pub mod operations;
+pub mod recall_index;
+pub mod vectors;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -57,10 +58,7 @@ pub(crate) fn placeholders(start: usize, n: usize) -> String {
 
 /// `($a, $b, …), ($c, …)` for `rows` rows of `cols` parameters starting at `$start`.
 pub(crate) fn row_placeholders(start: usize, rows: usize, cols: usize) -> String {
-    (0..rows)
-        .map(|r| format!("({})", placeholders(start + r * cols, cols)))
-        .collect::<Vec<_>>()
-        .join(", ")
+    (0..rows).map(|r| format!("({})", placeholders(start + r * cols, cols))).collect::<Vec<_>>().join(", ")
 }
 
 /// JSON text for a stored column; `Null` is stored as SQL NULL.

@@ -111,7 +111,8 @@ impl OperationRow {
     }
 
     pub fn request(&self) -> StoreResult<OperationRequest> {
-        serde_json::from_str(&self.request).map_err(|e| StoreError::Invalid(format!("stored request does not decode: {e}")))
+        serde_json::from_str(&self.request)
+            .map_err(|e| StoreError::Invalid(format!("stored request does not decode: {e}")))
     }
 }
 
@@ -119,7 +120,9 @@ impl OperationRow {
 pub enum SubmitEffect<'a> {
     None,
     /// Refuse appends to this conversation until the operation ends.
-    MarkDeleting { conversation_id: &'a str },
+    MarkDeleting {
+        conversation_id: &'a str,
+    },
 }
 
 pub struct Submitted {

@@ -16,7 +16,13 @@ use crate::queue::Queue;
 use crate::store::{leases, now_ms};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState, RetentionPolicy};
 
-pub fn spawn(db: Db, queue: Queue, config: Arc<Config>, holder: String, shutdown: CancellationToken) -> JoinHandle<anyhow::Result<()>> {
+pub fn spawn(
+    db: Db,
+    queue: Queue,
+    config: Arc<Config>,
+    holder: String,
+    shutdown: CancellationToken,
+) -> JoinHandle<anyhow::Result<()>> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(config.dispatch_interval_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -89,15 +95,16 @@ async fn update_gauges(db: &Db, queue: &Queue) -> anyhow::Result<()> {
     let (counts, oldest) = leases::census(db).await?;
     for kind in ContextOperationKind::ALL {
         for state in ContextOperationState::ALL {
-            let n = counts
-                .iter()
-                .find(|(k, s, _)| k == kind.as_str() && s == state.as_str())
-                .map(|c| c.2)
-                .unwrap_or(0);
+            let n = counts.iter().find(|(k, s, _)| k == kind.as_str() && s == state.as_str()).map(|c| c.2).unwrap_or(0);
             metrics::gauge!(m::OPERATIONS_GAUGE, "kind" => kind.as_str(), "state" => state.as_str()).set(n as f64);
         }
         let depth = queue.depth(kind).await?;
-        for (status, v) in [("pending", depth.pending), ("scheduled", depth.scheduled), ("inflight", depth.inflight), ("dead", depth.dead)] {
+        for (status, v) in [
+            ("pending", depth.pending),
+            ("scheduled", depth.scheduled),
+            ("inflight", depth.inflight),
+            ("dead", depth.dead),
+        ] {
             metrics::gauge!(m::QUEUE_DEPTH, "kind" => kind.as_str(), "status" => status).set(v as f64);
         }
     }

@@ -19,24 +19,36 @@
 
 use serde_json::{Value, json};
 
-use tokio::sync::mpsc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Semaphore, mpsc};
 
 use super::{JobCtx, JobError};
 use crate::auth::TenantKey;
 use crate::db::{BeginWrite as _, Db};
-use crate::store::artifacts::{self, discard_export};
+use crate::store::artifacts::{self, discard_export, is_missing_parent};
+use crate::store::export_pages::{self, StoredPage};
 use crate::store::leases::{Lease, Progress, SET_ARTIFACT_REF_SQL};
 use crate::store::{entries, messages};
-use crate::{create_export_artifact, fenced_checkpoint, seal_export_artifact, store_export_chunks, with_pool};
-use context_jobs::artifact::{ArtifactDigest, EncodeError, Encoder, Finished, Header, Section, error_code as artifact_code};
-use context_jobs::contract::{ContextInsight, ConversationRecord};
+use crate::{
+    create_export_artifact, fenced_checkpoint, insert_export_chunks, relax_commit, seal_export_artifact,
+    touch_export_artifact, with_pool,
+};
+use context_jobs::artifact::{
+    ArtifactDigest, EncodeError, Encoder, Finished, Header, Section, error_code as artifact_code,
+};
+use context_jobs::contract::ContextInsight;
 use context_jobs::kinds::export::{ExportCheckpoint, ExportJob};
 use context_jobs::operation::error_code;
 
 /// Full chunks accumulated before a commit.
-const COMMIT_CHUNKS: usize = 4;
+const COMMIT_CHUNKS: usize = 8;
 /// Pages the reader may fetch ahead of the encoder.
 const PAGES_AHEAD: usize = 2;
+/// Commits that may hold chunks at once (their inserts overlap; they commit in order).
+const COMMITS_IN_FLIGHT: usize = 2;
 
 pub async fn run(ctx: &JobCtx, job: &ExportJob) -> Result<Value, JobError> {
     let checkpoint = match &ctx.operation.checkpoint {
@@ -62,13 +74,15 @@ pub async fn run(ctx: &JobCtx, job: &ExportJob) -> Result<Value, JobError> {
 /// First run: create the artifact, name it on the operation, and checkpoint the header.
 async fn start(ctx: &JobCtx) -> Result<ExportCheckpoint, JobError> {
     let tenant = TenantKey::from_stored(ctx.operation.tenant.clone());
-    let total = messages::count_all(&ctx.db, &tenant).await?;
+    let total = messages::count_estimate(&ctx.db, &tenant).await?;
     let artifact_id = ulid::Ulid::generate().to_string();
     let header = Header::new(tenant.as_str(), ctx.operation.created_at_ms);
     let mut encoder = Encoder::new(ctx.config.artifact_chunk_bytes, &header);
     let chunks = encoder.take_ready();
-    let checkpoint = ExportCheckpoint { artifact_id, after_message: None, after_entry: None, encoder: encoder.state().clone() };
-    let progress = Progress { phase: "exporting", processed: 0, total, checkpoint: Some(encode_checkpoint(&checkpoint)) };
+    let checkpoint =
+        ExportCheckpoint { artifact_id, after_message: None, after_entry: None, encoder: encoder.state().clone() };
+    let progress =
+        Progress { phase: "exporting", processed: 0, total, checkpoint: Some(encode_checkpoint(&checkpoint)) };
     let lease = &ctx.lease;
     let cancel = with_pool!(&ctx.db, pool => {
         let mut tx = pool.begin_write().await?;
@@ -84,7 +98,7 @@ async fn start(ctx: &JobCtx) -> Result<ExportCheckpoint, JobError> {
         if named != 1 {
             return Err(JobError::LostLease);
         }
-        store_export_chunks!(&mut *tx, id, &chunks)?;
+        insert_export_chunks!(&mut *tx, id, &chunks)?;
         let cancel = fenced_checkpoint!(&mut *tx, lease, &progress)?;
         tx.commit().await?;
         cancel
@@ -107,151 +121,233 @@ async fn export(ctx: &JobCtx, job: &ExportJob, mut checkpoint: ExportCheckpoint)
     let mut processed = ctx.operation.processed;
     let mut total = ctx.operation.total;
     let mut committed = processed;
-    let mut inflight: Option<Commit> = None;
-    while let Some(page) = pages.recv().await {
-        for item in page? {
+    let mut commits = Commits::new();
+    let (mut wait_read, mut wait_commit, mut busy) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    loop {
+        commits.boundary(ctx).await?;
+        let t = Instant::now();
+        let Some(page) = pages.recv().await else { break };
+        wait_read += t.elapsed();
+        let t = Instant::now();
+        let page = page?;
+        let (messages, entries) = match &page {
+            Page::Messages(rows) => (Some(rows.rows()), None),
+            Page::Entries(entries) => (None, Some(entries.iter())),
+        };
+        let items =
+            messages.into_iter().flatten().map(Item::Message).chain(entries.into_iter().flatten().map(Item::Entry));
+        for item in items {
             match item {
-                Item::Message(record) => {
-                    encoder.message(&record).map_err(encode_failed)?;
-                    checkpoint.after_message = Some((record.scope.conversation_id, record.sequence));
+                Item::Message(row) => {
+                    encoder.stored_message(&row.columns).map_err(encode_failed)?;
+                    checkpoint.after_message = Some((row.conversation_id.to_string(), row.sequence));
                 }
                 Item::Entry(entry) => {
-                    encoder.entry(&entry).map_err(encode_failed)?;
-                    checkpoint.after_entry = Some(entry.id);
+                    encoder.entry(entry).map_err(encode_failed)?;
+                    checkpoint.after_entry = Some(entry.id.clone());
                 }
             }
             processed += 1;
             // Checked after every record, so a commit lands just after a chunk boundary
             // and the carry in its checkpoint is less than one line.
             if encoder.ready_bytes() >= COMMIT_CHUNKS * chunk_bytes {
-                if let Some(previous) = inflight.take() {
-                    ctx.boundary(previous.join().await?)?;
-                }
+                let t = Instant::now();
                 total = total.max(processed);
-                inflight = Some(Commit::spawn(ctx, &mut encoder, &mut checkpoint, None, (processed, total), &mut committed));
+                commits.spawn(ctx, &mut encoder, &mut checkpoint, None, (processed, total), &mut committed).await;
+                wait_commit += t.elapsed();
             }
         }
+        busy += t.elapsed();
     }
+    tracing::debug!(
+        operation = %ctx.operation.id, wait_read_ms = wait_read.as_millis() as u64,
+        wait_commit_ms = wait_commit.as_millis() as u64, encode_ms = (busy.saturating_sub(wait_commit)).as_millis() as u64,
+        "export pipeline"
+    );
     let finished = encoder.finish().map_err(encode_failed)?;
-    if let Some(previous) = inflight.take() {
-        ctx.boundary(previous.join().await?)?;
-    }
     total = total.max(processed);
-    Commit::spawn(ctx, &mut encoder, &mut checkpoint, Some(finished.clone()), (processed, total), &mut committed)
-        .join()
-        .await?;
+    commits.spawn(ctx, &mut encoder, &mut checkpoint, Some(finished.clone()), (processed, total), &mut committed).await;
+    ctx.boundary(commits.settle().await?)?;
     Ok(result(&checkpoint.artifact_id, &finished))
 }
 
-enum Item {
-    Message(ConversationRecord),
-    Entry(ContextInsight),
+/// One page the reader fetched.
+enum Page {
+    Messages(StoredPage),
+    Entries(Vec<ContextInsight>),
+}
+
+enum Item<'a> {
+    Message(export_pages::StoredRow<'a>),
+    Entry(&'a ContextInsight),
 }
 
 /// Read pages ahead of the encoder (messages, then entries) on their own task, so the
 /// database reads overlap encoding and commits. At most [`PAGES_AHEAD`] pages wait.
-fn spawn_reader(ctx: &JobCtx, job: &ExportJob, checkpoint: &ExportCheckpoint) -> mpsc::Receiver<Result<Vec<Item>, JobError>> {
+fn spawn_reader(
+    ctx: &JobCtx,
+    job: &ExportJob,
+    checkpoint: &ExportCheckpoint,
+) -> mpsc::Receiver<Result<Page, JobError>> {
     let (tx, rx) = mpsc::channel(PAGES_AHEAD);
     let db = ctx.db.clone();
     let tenant = TenantKey::from_stored(ctx.operation.tenant.clone());
     let include_expired = job.include_expired;
     let batch = ctx.batch_size().max(1) as usize;
-    let mut after_message = checkpoint.after_message.clone();
+    let after_message = checkpoint.after_message.clone();
     let mut after_entry = checkpoint.after_entry.clone();
-    let mut section = checkpoint.encoder.section;
+    let section = checkpoint.encoder.section;
     tokio::spawn(async move {
-        while section != Section::Done {
-            let page: Result<Vec<Item>, JobError> = match section {
-                Section::Messages => {
-                    let after = after_message.as_ref().map(|(c, s)| (c.as_str(), *s));
-                    messages::export_page(&db, &tenant, after, batch).await.map_err(JobError::from).map(|page| {
-                        if let Some(last) = page.last() {
-                            after_message = Some((last.scope.conversation_id.clone(), last.sequence));
-                        }
-                        page.into_iter().map(Item::Message).collect()
-                    })
-                }
-                _ => entries::export_page(&db, &tenant, include_expired, after_entry.as_deref(), batch)
-                    .await
-                    .map_err(JobError::from)
-                    .map(|page| {
-                        if let Some(last) = page.last() {
-                            after_entry = Some(last.id.clone());
-                        }
-                        page.into_iter().map(Item::Entry).collect()
-                    }),
-            };
-            let short = page.as_ref().map_or(true, |p| p.len() < batch);
-            let failed = page.is_err();
-            if tx.send(page).await.is_err() || failed {
-                return; // the job stopped listening, or there is nothing more to read
+        if section == Section::Messages {
+            let after = after_message.as_ref().map(|(c, s)| (c.as_str(), *s));
+            let read = export_pages::for_each_page(&db, &tenant, after, batch, |page| {
+                let tx = tx.clone();
+                async move { tx.send(Ok(Page::Messages(page))).await.is_ok() }
+            })
+            .await;
+            if let Err(e) = read {
+                let _ = tx.send(Err(e.into())).await;
+                return;
             }
-            if short {
-                section = if section == Section::Messages { Section::Entries } else { Section::Done };
+        }
+        loop {
+            let page = match entries::export_page(&db, &tenant, include_expired, after_entry.as_deref(), batch).await {
+                Ok(page) => page,
+                Err(e) => {
+                    let _ = tx.send(Err(e.into())).await;
+                    return;
+                }
+            };
+            let Some(last) = page.last() else { return };
+            after_entry = Some(last.id.clone());
+            let full = page.len() >= batch;
+            if tx.send(Ok(Page::Entries(page))).await.is_err() || !full {
+                return; // the job stopped listening, or there is nothing more to read
             }
         }
     });
     rx
 }
 
-/// A commit running on its own task while the next batch is encoded; joined before the
-/// next one starts, so commits apply in order and at most one is in flight.
+/// The commits of one export. Each runs on its own task while encoding goes on: its chunk
+/// inserts start at once, then it waits for the commit before it to finish and only then
+/// writes its checkpoint and commits — so checkpoints land in order, and a failed or
+/// cancelled commit stops every later one before it commits. At most
+/// [`COMMITS_IN_FLIGHT`] exist at a time (each holds its chunks).
+struct Commits {
+    latest: Option<Commit>,
+    slots: Arc<Semaphore>,
+    /// Set by a commit that failed or saw a cancel request: the job stops.
+    stop: Arc<AtomicBool>,
+}
+
 struct Commit(tokio::task::JoinHandle<Result<bool, JobError>>);
 
-impl Commit {
-    /// Take the ready chunks and the checkpoint they complete, and commit them.
-    fn spawn(
+impl Commits {
+    fn new() -> Self {
+        Self {
+            latest: None,
+            slots: Arc::new(Semaphore::new(COMMITS_IN_FLIGHT)),
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Between pages: stop once a commit failed or saw a cancel, or at shutdown.
+    async fn boundary(&mut self, ctx: &JobCtx) -> Result<(), JobError> {
+        if self.stop.load(Ordering::Relaxed) || ctx.shutdown.is_cancelled() {
+            ctx.boundary(self.settle().await?)?;
+        }
+        Ok(())
+    }
+
+    /// Wait for every commit; `Ok(cancel requested)`.
+    async fn settle(&mut self) -> Result<bool, JobError> {
+        match self.latest.take() {
+            Some(latest) => latest.join().await,
+            None => Ok(false),
+        }
+    }
+
+    /// Once another commit may start, take the ready chunks and the checkpoint they
+    /// complete, and commit them after the commits before them.
+    async fn spawn(
+        &mut self,
         ctx: &JobCtx,
         encoder: &mut Encoder,
         checkpoint: &mut ExportCheckpoint,
         finished: Option<Finished>,
         (processed, total): (i64, i64),
         committed: &mut i64,
-    ) -> Commit {
+    ) {
+        let slot = self.slots.clone().acquire_owned().await.expect("the semaphore is never closed");
         let chunks = encoder.take_ready();
         checkpoint.encoder = encoder.state().clone();
         let phase = if finished.is_some() { "sealing" } else { "exporting" };
         let progress = Progress { phase, processed, total, checkpoint: Some(encode_checkpoint(checkpoint)) };
         let (db, lease, artifact_id) = (ctx.db.clone(), ctx.lease.clone(), checkpoint.artifact_id.clone());
         let records = (processed - std::mem::replace(committed, processed)).max(0) as u64;
-        Commit(tokio::spawn(async move {
-            let started = std::time::Instant::now();
-            let cancel = commit(&db, &lease, &artifact_id, &chunks, finished.as_ref(), &progress).await?;
-            metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "export").increment(records);
+        let (previous, stop) = (self.latest.take(), self.stop.clone());
+        self.latest = Some(Commit(tokio::spawn(async move {
+            let started = Instant::now();
+            let batch =
+                Batch { artifact_id: &artifact_id, chunks: &chunks, finished: finished.as_ref(), progress: &progress };
+            let outcome = commit(&db, &lease, batch, previous).await;
+            drop(slot);
+            if !matches!(outcome, Ok(false)) {
+                stop.store(true, Ordering::Relaxed);
+            }
+            if outcome.is_ok() {
+                metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "export").increment(records);
+            }
             let bytes: usize = chunks.iter().map(|(_, c)| c.len()).sum();
             let commit_ms = started.elapsed().as_millis() as u64;
             tracing::debug!(operation = %lease.operation_id, processed, bytes, commit_ms, "export batch committed");
-            Ok(cancel)
-        }))
+            outcome
+        })));
     }
+}
 
-    /// Wait for the commit; `Ok(cancel requested)`.
+impl Commit {
+    /// Wait for the commit (and so for every one before it); `Ok(cancel requested)`.
     async fn join(mut self) -> Result<bool, JobError> {
         (&mut self.0).await.map_err(|e| JobError::Transient(anyhow::anyhow!("an export commit task failed: {e}")))?
     }
 }
 
-/// A job that stops early (an error) does not leave its commit running: aborting drops
-/// the transaction, which rolls back.
+/// A job that stops early (an error) does not leave its commits running: aborting one
+/// drops its transaction (a rollback) and the commit it was waiting for, and so on down.
 impl Drop for Commit {
     fn drop(&mut self) {
         self.0.abort();
     }
 }
 
-/// One fenced transaction: the chunks, the seal when `finished`, and the checkpoint.
-async fn commit(
-    db: &Db,
-    lease: &Lease,
-    artifact_id: &str,
-    chunks: &[(u64, Vec<u8>)],
-    finished: Option<&Finished>,
-    progress: &Progress,
-) -> Result<bool, JobError> {
-    let gone = || JobError::permanent(artifact_code::NOT_FOUND, format!("artifact {artifact_id} was deleted during the export"));
+/// What one commit writes.
+struct Batch<'a> {
+    artifact_id: &'a str,
+    chunks: &'a [(u64, Vec<u8>)],
+    finished: Option<&'a Finished>,
+    progress: &'a Progress,
+}
+
+/// One fenced transaction: the chunks, then — once `previous` has committed — the seal
+/// when finished and the checkpoint. `Ok(true)`: cancel was requested (if `previous` saw
+/// it, this batch is rolled back).
+async fn commit(db: &Db, lease: &Lease, batch: Batch<'_>, previous: Option<Commit>) -> Result<bool, JobError> {
+    let Batch { artifact_id, chunks, finished, progress } = batch;
+    let gone = || {
+        JobError::permanent(artifact_code::NOT_FOUND, format!("artifact {artifact_id} was deleted during the export"))
+    };
     let cancel = with_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
-        if !store_export_chunks!(&mut *tx, artifact_id, chunks)? {
+        relax_commit!(&mut *tx, db)?;
+        insert_export_chunks!(&mut *tx, artifact_id, chunks).map_err(|e| if is_missing_parent(&e) { gone() } else { e.into() })?;
+        if let Some(previous) = previous
+            && previous.join().await?
+        {
+            return Ok(true);
+        }
+        if !touch_export_artifact!(&mut *tx, artifact_id)? {
             return Err(gone());
         }
         if let Some(f) = finished
@@ -269,9 +365,9 @@ async fn commit(
 
 /// The result of an export whose last batch already committed (a resumed run).
 async fn finished_result(ctx: &JobCtx, artifact_id: &str) -> Result<Value, JobError> {
-    let row = artifacts::get(&ctx.db, &ctx.operation.tenant, artifact_id)
-        .await?
-        .ok_or_else(|| JobError::permanent(artifact_code::NOT_FOUND, format!("artifact {artifact_id} no longer exists")))?;
+    let row = artifacts::get(&ctx.db, &ctx.operation.tenant, artifact_id).await?.ok_or_else(|| {
+        JobError::permanent(artifact_code::NOT_FOUND, format!("artifact {artifact_id} no longer exists"))
+    })?;
     let finished = Finished {
         digest: row.digest.unwrap_or_default(),
         size_bytes: row.size_bytes.max(0) as u64,

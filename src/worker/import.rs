@@ -24,20 +24,20 @@ use crate::db::{BeginWrite as _, Db};
 use crate::store::StoreError;
 use crate::store::artifacts::{self, ArtifactRow, ChunkReader};
 use crate::store::leases::{Lease, Progress};
-use crate::{append_in_tx, fenced_checkpoint, import_entries, with_pool};
+use crate::{append_in_tx, fenced_checkpoint, import_entries, relax_commit, with_pool};
 use context_jobs::artifact::{DecodeError, Decoded, Decoder, Record, error_code as artifact_code};
 use context_jobs::contract::{ContextInsight, ConversationRecord};
 use context_jobs::kinds::import::{ImportCheckpoint, ImportCounts, ImportJob};
 use context_jobs::operation::error_code;
 
 pub async fn run(ctx: &JobCtx, job: &ImportJob) -> Result<Value, JobError> {
-    let checkpoint = match &ctx.operation.checkpoint {
-        Some(saved) => Some(
-            serde_json::from_str::<ImportCheckpoint>(saved)
-                .map_err(|e| JobError::permanent(error_code::CORRUPT_OPERATION, format!("bad import checkpoint: {e}")))?,
-        ),
-        None => None,
-    };
+    let checkpoint =
+        match &ctx.operation.checkpoint {
+            Some(saved) => Some(serde_json::from_str::<ImportCheckpoint>(saved).map_err(|e| {
+                JobError::permanent(error_code::CORRUPT_OPERATION, format!("bad import checkpoint: {e}"))
+            })?),
+            None => None,
+        };
     if let Some(done) = checkpoint.as_ref().filter(|c| c.done) {
         return Ok(result(done));
     }
@@ -50,17 +50,21 @@ pub async fn run(ctx: &JobCtx, job: &ImportJob) -> Result<Value, JobError> {
 /// Inline records: one batch (they obey the append limits), one transaction.
 async fn inline(ctx: &JobCtx, messages: &[ConversationRecord], entries: &[ContextInsight]) -> Result<Value, JobError> {
     let n = (messages.len() + entries.len()) as u64;
-    let mut checkpoint =
-        ImportCheckpoint { messages_read: messages.len() as u64, entries_read: entries.len() as u64, done: true, ..Default::default() };
+    let mut checkpoint = ImportCheckpoint {
+        messages_read: messages.len() as u64,
+        entries_read: entries.len() as u64,
+        done: true,
+        ..Default::default()
+    };
     write_batch(&ctx.db, &ctx.lease, &ctx.operation.tenant, messages, entries, &mut checkpoint, n).await?;
     Ok(result(&checkpoint))
 }
 
 async fn from_artifact(ctx: &JobCtx, id: &str, checkpoint: Option<ImportCheckpoint>) -> Result<Value, JobError> {
-    let artifact = artifacts::get(&ctx.db, &ctx.operation.tenant, id)
-        .await?
-        .filter(ArtifactRow::is_ready)
-        .ok_or_else(|| JobError::permanent(artifact_code::NOT_FOUND, format!("artifact {id} is gone (deleted or expired)")))?;
+    let artifact =
+        artifacts::get(&ctx.db, &ctx.operation.tenant, id).await?.filter(ArtifactRow::is_ready).ok_or_else(|| {
+            JobError::permanent(artifact_code::NOT_FOUND, format!("artifact {id} is gone (deleted or expired)"))
+        })?;
     let (checkpoint, total) = match checkpoint {
         Some(c) => (c, ctx.operation.total.max(0) as u64),
         None => {
@@ -109,7 +113,12 @@ async fn validate(ctx: &JobCtx, artifact: &ArtifactRow) -> Result<u64, JobError>
 /// Three stages overlap: a task fetches chunks, a task decodes them into batches, and
 /// the job writes one batch while the next is prepared (at most one write in flight, so
 /// they commit in order).
-async fn import(ctx: &JobCtx, artifact: &ArtifactRow, mut checkpoint: ImportCheckpoint, total: u64) -> Result<Value, JobError> {
+async fn import(
+    ctx: &JobCtx,
+    artifact: &ArtifactRow,
+    mut checkpoint: ImportCheckpoint,
+    total: u64,
+) -> Result<Value, JobError> {
     let mut batches = spawn_decoder(ctx, artifact, &checkpoint);
     let mut inflight: Option<Write> = None;
     while let Some(batch) = batches.recv().await {
@@ -150,7 +159,11 @@ struct Batch {
 
 /// Decode from the checkpoint's line boundary into batches of `batch_size` records; the
 /// final batch (possibly empty) says it is the last.
-fn spawn_decoder(ctx: &JobCtx, artifact: &ArtifactRow, checkpoint: &ImportCheckpoint) -> mpsc::Receiver<Result<Batch, JobError>> {
+fn spawn_decoder(
+    ctx: &JobCtx,
+    artifact: &ArtifactRow,
+    checkpoint: &ImportCheckpoint,
+) -> mpsc::Receiver<Result<Batch, JobError>> {
     let (tx, rx) = mpsc::channel(1);
     let batch = ctx.batch_size().max(1) as usize;
     let mut pieces = spawn_fetcher(&ctx.db, artifact, checkpoint.offset);
@@ -181,7 +194,11 @@ fn spawn_decoder(ctx: &JobCtx, artifact: &ArtifactRow, checkpoint: &ImportCheckp
                     return;
                 }
             }
-            tracing::debug!(waited_ms = waited.as_millis() as u64, decode_ms = decoding.as_millis() as u64, "import batch decoded");
+            tracing::debug!(
+                waited_ms = waited.as_millis() as u64,
+                decode_ms = decoding.as_millis() as u64,
+                "import batch decoded"
+            );
             let mut next = Batch { messages: Vec::new(), entries: Vec::new(), end: None, last: false };
             for d in pending.drain(..pending.len().min(batch)) {
                 next.end = Some((d.end_offset, d.line));
@@ -268,6 +285,7 @@ async fn write_batch(
     let mut next = checkpoint.clone();
     let cancel = with_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
+        relax_commit!(&mut *tx, db)?;
         let appended = append_in_tx!(&mut *tx, tenant, messages).map_err(append_failed)?;
         let (inserted, skipped) = import_entries!(&mut *tx, tenant, entries)?;
         next.messages.inserted += appended.appended as u64;
@@ -279,7 +297,8 @@ async fn write_batch(
         tx.commit().await?;
         cancel
     });
-    metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "import").increment((messages.len() + entries.len()) as u64);
+    metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "import")
+        .increment((messages.len() + entries.len()) as u64);
     *checkpoint = next;
     Ok(cancel)
 }

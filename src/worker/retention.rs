@@ -18,7 +18,12 @@ use context_jobs::operation::error_code;
 use context_jobs::retention::{RetentionPlan, plan};
 
 /// Plan retention for one conversation: count, the cut sequence, and how many go.
-pub async fn plan_for(db: &Db, tenant: &str, conversation_id: &str, policy: &RetentionPolicy) -> StoreResult<(RetentionPlan, i64)> {
+pub async fn plan_for(
+    db: &Db,
+    tenant: &str,
+    conversation_id: &str,
+    policy: &RetentionPolicy,
+) -> StoreResult<(RetentionPlan, i64)> {
     let count: i64 = with_pool!(db, pool => {
         sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE tenant = $1 AND conversation_id = $2")
             .bind(tenant)
@@ -119,8 +124,9 @@ pub async fn run(ctx: &JobCtx, conversation_id: &str, policy: &RetentionPolicy) 
     let mut processed = ctx.operation.processed;
     let mut total = ctx.operation.total;
     let mut at: Checkpoint = match &ctx.operation.checkpoint {
-        Some(saved) => serde_json::from_str(saved)
-            .map_err(|e| JobError::permanent(error_code::CORRUPT_OPERATION, format!("bad retention checkpoint: {e}")))?,
+        Some(saved) => serde_json::from_str(saved).map_err(|e| {
+            JobError::permanent(error_code::CORRUPT_OPERATION, format!("bad retention checkpoint: {e}"))
+        })?,
         None => {
             let (plan, doomed) = plan_for(&ctx.db, tenant, conversation_id, policy).await?;
             total = doomed;
@@ -173,7 +179,13 @@ const SWEEP: &str = "retention_sweep";
 
 /// One sweep tick, if this process wins it: apply `policy` to every conversation of every
 /// tenant. Returns `Some(deleted)` when this process ran the tick.
-pub async fn sweep_tick(db: &Db, holder: &str, period_ms: i64, policy: &RetentionPolicy, batch: i64) -> StoreResult<Option<i64>> {
+pub async fn sweep_tick(
+    db: &Db,
+    holder: &str,
+    period_ms: i64,
+    policy: &RetentionPolicy,
+    batch: i64,
+) -> StoreResult<Option<i64>> {
     let now = now_ms();
     let won = with_pool!(db, pool => {
         sqlx::query("INSERT INTO maintenance (name) VALUES ($1) ON CONFLICT (name) DO NOTHING")

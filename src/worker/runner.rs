@@ -61,7 +61,8 @@ impl Runner {
         // (a crash loop) still ends.
         if op.attempt > i64::from(self.config.max_attempts) {
             let message = op.error.clone().unwrap_or_else(|| "the worker died on every attempt".into());
-            leases::finish(&self.db, &lease, Finish::Failed { code: error_code::RETRIES_EXHAUSTED, message: &message }).await?;
+            leases::finish(&self.db, &lease, Finish::Failed { code: error_code::RETRIES_EXHAUSTED, message: &message })
+                .await?;
             record_finished(op.kind, "failed");
             return Ok(());
         }
@@ -112,9 +113,13 @@ impl Runner {
                     metrics::counter!(m::RETRIES, "kind" => op.kind.as_str()).increment(1);
                     tracing::warn!(operation = %op.id, attempt, delay_ms = delay, error = %message, "transient failure; retrying");
                     let code = error_code::TRANSIENT;
-                    leases::finish(&self.db, &lease, Finish::Retry { not_before_ms: now_ms() + delay, code, message: &message })
-                        .await
-                        .map(|_| "retrying")
+                    leases::finish(
+                        &self.db,
+                        &lease,
+                        Finish::Retry { not_before_ms: now_ms() + delay, code, message: &message },
+                    )
+                    .await
+                    .map(|_| "retrying")
                 } else {
                     let code = error_code::RETRIES_EXHAUSTED;
                     leases::finish(&self.db, &lease, Finish::Failed { code, message: &message }).await.map(|_| "failed")

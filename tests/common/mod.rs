@@ -19,8 +19,7 @@ pub enum Backend {
 
 /// The PostgreSQL server the tests use (`TEST_POSTGRES_URL`, default the local one).
 pub fn postgres_server_url() -> String {
-    std::env::var("TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+    std::env::var("TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
 }
 
 pub fn redis_url() -> String {
@@ -40,15 +39,10 @@ pub fn unique(prefix: &str) -> String {
 /// A database URL of a fresh, empty database for `backend`. `dir` keeps SQLite files.
 pub async fn fresh_database(backend: Backend, dir: &std::path::Path) -> String {
     match backend {
-        Backend::Sqlite => format!(
-            "sqlite:{}",
-            dir.join(format!("{}.sqlite", unique("t"))).display()
-        ),
+        Backend::Sqlite => format!("sqlite:{}", dir.join(format!("{}.sqlite", unique("t"))).display()),
         Backend::Postgres => {
             let server = postgres_server_url();
-            let admin = sqlx::PgPool::connect(&format!("{server}/postgres"))
-                .await
-                .expect("connect to test PostgreSQL");
+            let admin = sqlx::PgPool::connect(&format!("{server}/postgres")).await.expect("connect to test PostgreSQL");
             let exists: Option<i32> =
                 sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = 'context_ops_test'")
                     .fetch_optional(&admin)
@@ -56,19 +50,12 @@ pub async fn fresh_database(backend: Backend, dir: &std::path::Path) -> String {
                     .unwrap();
             if exists.is_none() {
                 // Concurrent test binaries may race to create it; losing the race is fine.
-                let _ = sqlx::query("CREATE DATABASE context_ops_test")
-                    .execute(&admin)
-                    .await;
+                let _ = sqlx::query("CREATE DATABASE context_ops_test").execute(&admin).await;
             }
             admin.close().await;
             let schema = unique("s");
-            let db = sqlx::PgPool::connect(&format!("{server}/context_ops_test"))
-                .await
-                .unwrap();
-            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-                .execute(&db)
-                .await
-                .unwrap();
+            let db = sqlx::PgPool::connect(&format!("{server}/context_ops_test")).await.unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&db).await.unwrap();
             db.close().await;
             format!("{server}/context_ops_test?options[search_path]={schema}")
         }
@@ -95,11 +82,7 @@ impl TestApp {
     }
 
     /// Start with a given command: `Command::Api` runs no workers, so operations stay queued.
-    pub async fn start_command(
-        backend: Backend,
-        command: Command,
-        tweak: impl FnOnce(&mut Config),
-    ) -> Self {
+    pub async fn start_command(backend: Backend, command: Command, tweak: impl FnOnce(&mut Config)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config::defaults();
         config.bind = "127.0.0.1:0".parse().unwrap();
@@ -114,9 +97,7 @@ impl TestApp {
         config.retention_sweep_secs = 0;
         tweak(&mut config);
         let database_url = config.database_url.clone();
-        let running = server::start(config, command)
-            .await
-            .expect("service starts");
+        let running = server::start(config, command).await.expect("service starts");
         Self {
             backend,
             base: format!("http://{}", running.addr),
@@ -130,11 +111,7 @@ impl TestApp {
 
     /// Another service on `other`'s database and queue namespace (e.g. workers for what an
     /// API-only app queued). `other` must outlive it: it owns the SQLite file.
-    pub async fn start_on(
-        other: &TestApp,
-        command: Command,
-        tweak: impl FnOnce(&mut Config),
-    ) -> Self {
+    pub async fn start_on(other: &TestApp, command: Command, tweak: impl FnOnce(&mut Config)) -> Self {
         let database_url = other.database_url.clone();
         let namespace = other.running().state.config.queue_namespace.clone();
         Self::start_command(other.backend, command, |config| {
@@ -171,31 +148,17 @@ impl TestApp {
     }
 
     pub async fn post_as(&self, token: Option<&str>, path: &str, body: &Value) -> (u16, Value) {
-        let response = self
-            .authed(self.client.post(self.url(path)), token)
-            .json(body)
-            .send()
-            .await
-            .unwrap();
+        let response = self.authed(self.client.post(self.url(path)), token).json(body).send().await.unwrap();
         read(response).await
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .authed(self.client.get(self.url(path)), None)
-            .send()
-            .await
-            .unwrap();
+        let response = self.authed(self.client.get(self.url(path)), None).send().await.unwrap();
         read(response).await
     }
 
     pub async fn append(&self, records: Vec<Value>) -> Value {
-        let (status, body) = self
-            .post(
-                "/internal/v1/context/messages/batch",
-                &json!({"messages": records}),
-            )
-            .await;
+        let (status, body) = self.post("/internal/v1/context/messages/batch", &json!({"messages": records})).await;
         assert_eq!(status, 200, "append failed: {body}");
         body
     }
@@ -210,11 +173,7 @@ impl TestApp {
 pub async fn read(response: reqwest::Response) -> (u16, Value) {
     let status = response.status().as_u16();
     let text = response.text().await.unwrap();
-    let body = if text.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&text).unwrap_or(Value::String(text))
-    };
+    let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
     (status, body)
 }
 
@@ -226,15 +185,8 @@ pub fn message(conversation: &str, id: &str, role: &str, text: &str) -> Value {
 pub fn assert_api_error(status: u16, body: &Value, expected: u16) {
     assert_eq!(status, expected, "unexpected status, body {body}");
     assert_eq!(body["status"], expected, "ApiError.status mismatch: {body}");
-    assert!(
-        body["message"].as_str().is_some_and(|m| !m.is_empty()),
-        "ApiError.message missing: {body}"
-    );
-    assert_eq!(
-        body.as_object().map(|o| o.len()),
-        Some(2),
-        "ApiError has exactly status+message: {body}"
-    );
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "ApiError.message missing: {body}");
+    assert_eq!(body.as_object().map(|o| o.len()), Some(2), "ApiError has exactly status+message: {body}");
 }
 
 /// One test per backend for each named `async fn(TestApp)`.

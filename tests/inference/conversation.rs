@@ -8,12 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 
 use crate::common::{Backend, TestApp, assert_api_error, message};
-use crate::fake::{
-    FakeProvider, Step, call_item, completed, completed_text, reasoning_item, text_item,
-};
-use crate::helpers::{
-    INFER, OPS, app_on, assert_well_formed, history, run_turn, submit, turn, user, wait_terminal,
-};
+use crate::fake::{FakeProvider, Step, call_item, completed, completed_text, reasoning_item, text_item};
+use crate::helpers::{INFER, OPS, app_on, assert_well_formed, history, run_turn, submit, turn, user, wait_terminal};
 use context_ops::config::Command;
 
 fn tool_message(conversation: &str, id: &str, call_id: &str, output: &str) -> Value {
@@ -21,13 +17,8 @@ fn tool_message(conversation: &str, id: &str, call_id: &str, output: &str) -> Va
 }
 
 async fn append_reply_with_history(backend: Backend) {
-    let first = completed(vec![
-        reasoning_item("rs_1"),
-        text_item("checking"),
-        call_item("call_1", "lookup"),
-    ]);
-    let fake =
-        FakeProvider::start(vec![Step::ok(first), Step::ok(completed_text("It is 42."))]).await;
+    let first = completed(vec![reasoning_item("rs_1"), text_item("checking"), call_item("call_1", "lookup")]);
+    let fake = FakeProvider::start(vec![Step::ok(first), Step::ok(completed_text("It is 42."))]).await;
     let app = app_on(backend, &fake, |_| {}).await;
     app.append(vec![
         message("chat", "m1", "system", "Be kind."),
@@ -40,14 +31,8 @@ async fn append_reply_with_history(backend: Backend) {
     let body = json!({"model": "gpt-test", "conversationId": "chat", "messages": [user("what is it?")],
                       "tools": [{"type": "function", "name": "lookup"}], "appendReply": true});
     let send = || async {
-        let response = app
-            .client
-            .post(app.url(INFER))
-            .header("idempotency-key", "turn-1")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let response =
+            app.client.post(app.url(INFER)).header("idempotency-key", "turn-1").json(&body).send().await.unwrap();
         crate::common::read(response).await
     };
     let (status, op) = send().await;
@@ -66,39 +51,20 @@ async fn append_reply_with_history(backend: Backend) {
 
     // A resubmission with the same key is the same operation: no new call, no new reply.
     let (status, again) = send().await;
-    assert_eq!(
-        (status, again["id"].as_str()),
-        (202, Some(id.as_str())),
-        "{again}"
-    );
+    assert_eq!((status, again["id"].as_str()), (202, Some(id.as_str())), "{again}");
     let stored = history(&app, "chat").await;
-    let replies: Vec<&Value> = stored
-        .iter()
-        .filter(|m| m["id"] == reply_id.as_str())
-        .collect();
+    let replies: Vec<&Value> = stored.iter().filter(|m| m["id"] == reply_id.as_str()).collect();
     assert_eq!(replies.len(), 1, "{stored:?}");
     let reply = replies[0];
-    assert_eq!(
-        stored.last().unwrap()["id"],
-        reply_id.as_str(),
-        "the reply is the newest message"
-    );
-    assert_eq!(
-        (reply["role"].as_str(), reply["content"].as_str()),
-        (Some("assistant"), Some("checking"))
-    );
+    assert_eq!(stored.last().unwrap()["id"], reply_id.as_str(), "the reply is the newest message");
+    assert_eq!((reply["role"].as_str(), reply["content"].as_str()), (Some("assistant"), Some("checking")));
     assert_eq!(reply["metadata"]["inference"]["operationId"], id.as_str());
     assert_eq!(reply["metadata"]["inference"]["echo"][0]["id"], "rs_1");
 
     // The agent runs the tool, records the result, and continues from the conversation
     // alone: the stored reply replays its reasoning and call before the tool result.
-    app.append(vec![tool_message("chat", "m6", "call_1", "42")])
-        .await;
-    let op = run_turn(
-        &app,
-        &json!({"model": "gpt-test", "conversationId": "chat", "appendReply": true}),
-    )
-    .await;
+    app.append(vec![tool_message("chat", "m6", "call_1", "42")]).await;
+    let op = run_turn(&app, &json!({"model": "gpt-test", "conversationId": "chat", "appendReply": true})).await;
     assert_eq!(op["state"], "succeeded", "{op}");
     // The caller's earlier new message was not stored (only replies are appended).
     let echo = &reply["metadata"]["inference"]["echo"];
@@ -111,11 +77,7 @@ async fn append_reply_with_history(backend: Backend) {
     assert_eq!(echo[1]["call_id"], "call_1");
     assert_eq!(fake.received().len(), 2);
     assert_well_formed(&fake.received());
-    assert_eq!(
-        history(&app, "other").await.len(),
-        1,
-        "other conversations untouched"
-    );
+    assert_eq!(history(&app, "other").await.len(), 1, "other conversations untouched");
     app.stop().await;
 }
 
@@ -141,11 +103,7 @@ async fn history_keeps_the_newest_messages_within_the_budget() {
         message("long", "m4", "assistant", "newest"),
     ])
     .await;
-    let op = run_turn(
-        &app,
-        &json!({"model": "gpt-test", "conversationId": "long"}),
-    )
-    .await;
+    let op = run_turn(&app, &json!({"model": "gpt-test", "conversationId": "long"})).await;
     assert_eq!(op["state"], "succeeded", "{op}");
     assert_eq!(
         fake.received()[0].body["input"],
@@ -165,20 +123,14 @@ async fn resumed_after_the_reply_was_checkpointed_finishes_without_a_call() {
     let database_url = crate::common::fresh_database(Backend::Sqlite, dir.path()).await;
     let api = crate::helpers::app_on_command(Command::Api, &fake, &database_url).await;
     api.append(vec![message("c", "m1", "user", "hello")]).await;
-    let id = submit(
-        &api,
-        &json!({"model": "gpt-test", "conversationId": "c", "appendReply": true}),
-    )
-    .await;
+    let id = submit(&api, &json!({"model": "gpt-test", "conversationId": "c", "appendReply": true})).await;
     let reply_id = format!("{id}:reply");
     let result = json!({"outcome": "completed", "text": "from the checkpoint", "toolCalls": [], "echo": [],
                         "model": "m", "usage": null, "responseId": "resp_ck", "providerAttempts": 1});
     let checkpoint = json!({"providerAttempts": 1, "historyThrough": 1, "result": result});
-    api.append(vec![
-        json!({"id": reply_id, "scope": {"conversationId": "c"}, "role": "assistant",
-                           "content": "from the checkpoint"}),
-    ])
-    .await;
+    api.append(vec![json!({"id": reply_id, "scope": {"conversationId": "c"}, "role": "assistant",
+                           "content": "from the checkpoint"})])
+        .await;
     let pool = sqlx::SqlitePool::connect(&database_url).await.unwrap();
     let updated = sqlx::query(
         "UPDATE operations SET state = 'running', phase = 'appending_reply', checkpoint = $1, attempt = 1, \
@@ -201,14 +153,7 @@ async fn resumed_after_the_reply_was_checkpointed_finishes_without_a_call() {
     assert_eq!(op["result"]["appendedMessageId"], reply_id.as_str());
     assert_eq!(fake.received().len(), 0, "the provider is not called again");
     let stored = history(&app, "c").await;
-    assert_eq!(
-        stored
-            .iter()
-            .filter(|m| m["id"] == reply_id.as_str())
-            .count(),
-        1,
-        "{stored:?}"
-    );
+    assert_eq!(stored.iter().filter(|m| m["id"] == reply_id.as_str()).count(), 1, "{stored:?}");
     assert_eq!(stored.len(), 2);
     app.stop().await;
 }
@@ -244,68 +189,31 @@ async fn bad_submissions_are_rejected_and_store_nothing() {
         assert_api_error(status, &error, 400);
     }
     // History alone must have something to load: an unknown or empty conversation is 404.
-    let (status, error) = app
-        .post(INFER, &json!({"model": "m", "conversationId": "nope"}))
-        .await;
+    let (status, error) = app.post(INFER, &json!({"model": "m", "conversationId": "nope"})).await;
     assert_api_error(status, &error, 404);
-    let response = app
-        .client
-        .post(app.url(INFER))
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let response = app.client.post(app.url(INFER)).body("{}").send().await.unwrap();
     let (status, error) = crate::common::read(response).await;
     assert_api_error(status, &error, 415);
-    let response = app
-        .client
-        .post(app.url(INFER))
-        .header("content-type", "application/json")
-        .body("{")
-        .send()
-        .await
-        .unwrap();
+    let response =
+        app.client.post(app.url(INFER)).header("content-type", "application/json").body("{").send().await.unwrap();
     let (status, error) = crate::common::read(response).await;
     assert_api_error(status, &error, 400);
     let (_, listed) = app.get(&format!("{OPS}?kind=inference")).await;
-    assert_eq!(
-        listed["items"],
-        json!([]),
-        "nothing stored for rejected submissions"
-    );
+    assert_eq!(listed["items"], json!([]), "nothing stored for rejected submissions");
 
     // Accepted: messages only; history only; and through advanced-operations.
     submit(&app, &turn("x")).await;
-    submit(
-        &app,
-        &json!({"model": "m", "conversationId": "known", "appendReply": true}),
-    )
-    .await;
-    let (status, op) = app
-        .post(
-            "/internal/v1/context/advanced-operations",
-            &json!({"kind": "inference", "request": turn("y")}),
-        )
-        .await;
-    assert_eq!(
-        (status, op["kind"].as_str()),
-        (202, Some("inference")),
-        "{op}"
-    );
+    submit(&app, &json!({"model": "m", "conversationId": "known", "appendReply": true})).await;
+    let (status, op) =
+        app.post("/internal/v1/context/advanced-operations", &json!({"kind": "inference", "request": turn("y")})).await;
+    assert_eq!((status, op["kind"].as_str()), (202, Some("inference")), "{op}");
     let (status, error) = app
-        .post(
-            "/internal/v1/context/advanced-operations",
-            &json!({"kind": "inference", "request": {"model": "m"}}),
-        )
+        .post("/internal/v1/context/advanced-operations", &json!({"kind": "inference", "request": {"model": "m"}}))
         .await;
     assert_api_error(status, &error, 400);
     // Idempotency: same key and body → same operation; same key, other body → 409.
     let post_keyed = |body: Value| {
-        let request = app
-            .client
-            .post(app.url(INFER))
-            .header("idempotency-key", "k1")
-            .json(&body);
+        let request = app.client.post(app.url(INFER)).header("idempotency-key", "k1").json(&body);
         async move { crate::common::read(request.send().await.unwrap()).await }
     };
     let (s1, a) = post_keyed(turn("same")).await;
@@ -322,12 +230,9 @@ async fn bad_submissions_are_rejected_and_store_nothing() {
 const JWT_SECRET: &str = "0123456789abcdef0123456789abcdef";
 
 fn token(tenant: &str) -> String {
-    let exp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 600;
-    let claims = json!({"aud": "agent-context-infra", "sub": "svc", "tenant_id": tenant, "project_id": "p", "exp": exp});
+    let exp = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() + 600;
+    let claims =
+        json!({"aud": "agent-context-infra", "sub": "svc", "tenant_id": tenant, "project_id": "p", "exp": exp});
     let key = jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()).unwrap();
     jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap()
 }
@@ -338,79 +243,45 @@ fn token(tenant: &str) -> String {
 async fn history_and_replies_stay_inside_the_tenant() {
     let fake = FakeProvider::start(vec![]).await;
     fake.always(Step::ok(completed_text("reply")));
-    let app = app_on(Backend::Sqlite, &fake, |c| {
-        c.jwt_secret = Some(JWT_SECRET.into())
-    })
-    .await;
+    let app = app_on(Backend::Sqlite, &fake, |c| c.jwt_secret = Some(JWT_SECRET.into())).await;
     let (a, b) = (token("tenant-a"), token("tenant-b"));
     let append = json!({"messages": [message("shared-name", "m1", "user", "A's secret")]});
-    let (status, _) = app
-        .post_as(Some(&a), "/internal/v1/context/messages/batch", &append)
-        .await;
+    let (status, _) = app.post_as(Some(&a), "/internal/v1/context/messages/batch", &append).await;
     assert_eq!(status, 200);
     let history_only = json!({"model": "m", "conversationId": "shared-name", "appendReply": true});
     let (status, error) = app.post_as(Some(&b), INFER, &history_only).await;
     assert_api_error(status, &error, 404);
     let (status, op_a) = app.post_as(Some(&a), INFER, &history_only).await;
     assert_eq!(status, 202, "{op_a}");
-    let with_message = json!({"model": "m", "conversationId": "shared-name", "messages": [user("B asks")], "appendReply": true});
+    let with_message =
+        json!({"model": "m", "conversationId": "shared-name", "messages": [user("B asks")], "appendReply": true});
     let (status, op_b) = app.post_as(Some(&b), INFER, &with_message).await;
     assert_eq!(status, 202, "{op_b}");
     for (op, who) in [(&op_a, &a), (&op_b, &b)] {
         let path = format!("{OPS}/{}/wait?timeoutMs=100", op["id"].as_str().unwrap());
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let response = app
-                .client
-                .get(app.url(&path))
-                .bearer_auth(who)
-                .send()
-                .await
-                .unwrap();
+            let response = app.client.get(app.url(&path)).bearer_auth(who).send().await.unwrap();
             let (_, now) = crate::common::read(response).await;
             if now["state"] == "succeeded" {
                 break;
             }
-            assert!(
-                std::time::Instant::now() < deadline && now["state"] != "failed",
-                "{now}"
-            );
+            assert!(std::time::Instant::now() < deadline && now["state"] != "failed", "{now}");
         }
     }
     let other = format!("{OPS}/{}", op_a["id"].as_str().unwrap());
-    let response = app
-        .client
-        .get(app.url(&other))
-        .bearer_auth(&b)
-        .send()
-        .await
-        .unwrap();
+    let response = app.client.get(app.url(&other)).bearer_auth(&b).send().await.unwrap();
     assert_eq!(response.status(), 404);
-    let inputs: Vec<Value> = fake
-        .received()
-        .iter()
-        .map(|r| r.body["input"].clone())
-        .collect();
-    assert!(
-        inputs.contains(&json!([{"role": "user", "content": "A's secret"}])),
-        "{inputs:?}"
-    );
-    assert!(
-        inputs.contains(&json!([user("B asks")])),
-        "B's turn sees none of A's history: {inputs:?}"
-    );
+    let inputs: Vec<Value> = fake.received().iter().map(|r| r.body["input"].clone()).collect();
+    assert!(inputs.contains(&json!([{"role": "user", "content": "A's secret"}])), "{inputs:?}");
+    assert!(inputs.contains(&json!([user("B asks")])), "B's turn sees none of A's history: {inputs:?}");
     let recent = |t: &str| {
         let request = app
             .client
             .post(app.url(crate::helpers::RECENT))
             .bearer_auth(t)
             .json(&json!({"scope": {"conversationId": "shared-name"}}));
-        async move {
-            crate::common::read(request.send().await.unwrap()).await.1["items"]
-                .as_array()
-                .unwrap()
-                .len()
-        }
+        async move { crate::common::read(request.send().await.unwrap()).await.1["items"].as_array().unwrap().len() }
     };
     assert_eq!(recent(&a).await, 2, "A's message and A's reply");
     assert_eq!(recent(&b).await, 1, "only B's reply");

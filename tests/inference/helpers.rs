@@ -17,11 +17,7 @@ pub const RECENT: &str = "/internal/v1/context/messages/recent";
 pub const KEY: &str = "sk-test-Zq8JwT3BlbkFJ0secretkey42";
 
 /// The service on `backend` with the provider pointed at `fake`.
-pub async fn app_on(
-    backend: Backend,
-    fake: &FakeProvider,
-    tweak: impl FnOnce(&mut Config),
-) -> TestApp {
+pub async fn app_on(backend: Backend, fake: &FakeProvider, tweak: impl FnOnce(&mut Config)) -> TestApp {
     let url = fake.url.clone();
     TestApp::start_with(backend, move |c| {
         c.responses_base_url = url;
@@ -71,10 +67,7 @@ pub async fn wait_terminal_at(client: &reqwest::Client, base: &str, id: &str) ->
             return op;
         }
         version = op["version"].as_i64().unwrap();
-        assert!(
-            Instant::now() < deadline,
-            "operation {id} did not finish: {op}"
-        );
+        assert!(Instant::now() < deadline, "operation {id} did not finish: {op}");
     }
 }
 
@@ -92,16 +85,8 @@ pub async fn run_turn(app: &TestApp, body: &Value) -> Value {
 pub fn assert_well_formed(received: &[Received]) {
     assert!(!received.is_empty());
     for r in received {
-        assert_eq!(
-            r.body["store"],
-            json!(false),
-            "store must be false on every request: {}",
-            r.body
-        );
-        assert_eq!(
-            r.authorization.as_deref(),
-            Some(format!("Bearer {KEY}").as_str())
-        );
+        assert_eq!(r.body["store"], json!(false), "store must be false on every request: {}", r.body);
+        assert_eq!(r.authorization.as_deref(), Some(format!("Bearer {KEY}").as_str()));
         assert!(r.body["model"].is_string(), "{}", r.body);
         assert!(r.body["input"].is_array(), "{}", r.body);
     }
@@ -111,30 +96,19 @@ pub fn assert_well_formed(received: &[Received]) {
 pub fn assert_failed(op: &Value, code: &str) {
     assert_eq!(op["state"], "failed", "{op}");
     assert_eq!(op["errorCode"], code, "{op}");
-    let error = op["error"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no error message: {op}"));
+    let error = op["error"].as_str().unwrap_or_else(|| panic!("no error message: {op}"));
     assert!(!error.is_empty() && !error.contains(KEY), "{error}");
 }
 
 /// The conversation's messages, oldest first.
 pub async fn history(app: &TestApp, conversation: &str) -> Vec<Value> {
-    let (status, body) = app
-        .post(
-            RECENT,
-            &json!({"scope": {"conversationId": conversation}, "limit": 500}),
-        )
-        .await;
+    let (status, body) = app.post(RECENT, &json!({"scope": {"conversationId": conversation}, "limit": 500})).await;
     assert_eq!(status, 200, "{body}");
     body["items"].as_array().unwrap().clone()
 }
 
 /// The service on an existing SQLite database (`database_url`), run as `command`.
-pub async fn app_on_command(
-    command: context_ops::config::Command,
-    fake: &FakeProvider,
-    database_url: &str,
-) -> TestApp {
+pub async fn app_on_command(command: context_ops::config::Command, fake: &FakeProvider, database_url: &str) -> TestApp {
     let (url, database_url) = (fake.url.clone(), database_url.to_string());
     TestApp::start_command(Backend::Sqlite, command, move |c| {
         c.database_url = database_url;

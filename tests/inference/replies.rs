@@ -6,10 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::fake::{
-    FakeProvider, Step, call_item, completed, completed_text, reasoning_item, refusal_item,
-    text_item,
-};
+use crate::fake::{FakeProvider, Step, call_item, completed, completed_text, reasoning_item, refusal_item, text_item};
 use crate::helpers::{app, assert_failed, assert_well_formed, run_turn, turn, user};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,25 +61,19 @@ async fn tool_calls_keep_reasoning_in_order_and_the_echo_continues_the_turn() {
         reasoning_item("rs_2"),
         call_item("call_b", "fetch"),
     ];
-    let fake = FakeProvider::start(vec![
-        Step::ok(completed(output.clone())),
-        Step::ok(completed_text("done")),
-    ])
-    .await;
+    let fake = FakeProvider::start(vec![Step::ok(completed(output.clone())), Step::ok(completed_text("done"))]).await;
     let app = app(&fake).await;
     let tools = json!([{"type": "function", "name": "lookup", "parameters": {"type": "object"}},
                        {"type": "function", "name": "fetch"}]);
-    let op = run_turn(&app, &json!({"model": "gpt-test", "messages": [user("go")], "tools": tools, "toolChoice": "auto"})).await;
+    let op =
+        run_turn(&app, &json!({"model": "gpt-test", "messages": [user("go")], "tools": tools, "toolChoice": "auto"}))
+            .await;
     assert_eq!(op["state"], "succeeded", "{op}");
     let result = &op["result"];
     assert_eq!(result["outcome"], "completed");
     assert_eq!(result["text"], "");
     assert_eq!(result["toolCalls"], json!([output[1], output[3]]));
-    assert_eq!(
-        result["echo"],
-        json!(output),
-        "reasoning and calls, verbatim, in output order"
-    );
+    assert_eq!(result["echo"], json!(output), "reasoning and calls, verbatim, in output order");
     assert_eq!(fake.received()[0].body["tools"], tools);
     assert_eq!(fake.received()[0].body["tool_choice"], "auto");
 
@@ -91,11 +82,7 @@ async fn tool_calls_keep_reasoning_in_order_and_the_echo_continues_the_turn() {
     messages.extend(result["echo"].as_array().unwrap().iter().cloned());
     messages.push(json!({"role": "tool", "tool_call_id": "call_a", "content": "A"}));
     messages.push(json!({"type": "function_call_output", "call_id": "call_b", "output": "B"}));
-    let op = run_turn(
-        &app,
-        &json!({"model": "gpt-test", "messages": messages, "tools": tools}),
-    )
-    .await;
+    let op = run_turn(&app, &json!({"model": "gpt-test", "messages": messages, "tools": tools})).await;
     assert_eq!(op["result"]["text"], "done", "{op}");
     let received = fake.received();
     assert_well_formed(&received);
@@ -103,14 +90,8 @@ async fn tool_calls_keep_reasoning_in_order_and_the_echo_continues_the_turn() {
     assert_eq!(input.len(), 7);
     assert_eq!(input[0], user("go"));
     assert_eq!(input[1..5], output[..]);
-    assert_eq!(
-        input[5],
-        json!({"type": "function_call_output", "call_id": "call_a", "output": "A"})
-    );
-    assert_eq!(
-        input[6],
-        json!({"type": "function_call_output", "call_id": "call_b", "output": "B"})
-    );
+    assert_eq!(input[5], json!({"type": "function_call_output", "call_id": "call_a", "output": "A"}));
+    assert_eq!(input[6], json!({"type": "function_call_output", "call_id": "call_b", "output": "B"}));
     app.stop().await;
 }
 
@@ -140,39 +121,22 @@ async fn decoder_failures_fail_at_once_with_stable_codes() {
     let fake = FakeProvider::start(vec![]).await;
     let app = app(&fake).await;
     let cases = vec![
-        (
-            "mixed_refusal_tool_calls",
-            Step::ok(completed(vec![refusal_item("no"), call_item("c1", "rm")])),
-        ),
+        ("mixed_refusal_tool_calls", Step::ok(completed(vec![refusal_item("no"), call_item("c1", "rm")]))),
         (
             "incomplete",
-            Step::ok(
-                json!({"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"},
-                            "output": [text_item("partial")]}),
-            ),
+            Step::ok(json!({"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"},
+                            "output": [text_item("partial")]})),
         ),
-        (
-            "provider_failed",
-            Step::ok(json!({"status": "failed", "output": []})),
-        ),
-        (
-            "non_terminal",
-            Step::ok(json!({"status": "in_progress", "output": []})),
-        ),
-        (
-            "provider_cancelled",
-            Step::ok(json!({"status": "cancelled", "output": [text_item("x")]})),
-        ),
+        ("provider_failed", Step::ok(json!({"status": "failed", "output": []}))),
+        ("non_terminal", Step::ok(json!({"status": "in_progress", "output": []}))),
+        ("provider_cancelled", Step::ok(json!({"status": "cancelled", "output": [text_item("x")]}))),
         (
             "provider_error",
             Step::ok(json!({"status": "completed", "output": [text_item("x")],
                             "error": {"code": "invalid_prompt", "message": "flagged"}})),
         ),
         ("malformed_response", Step::raw(200, "{not json")),
-        (
-            "malformed_response",
-            Step::ok(json!({"status": "completed", "output": []})),
-        ),
+        ("malformed_response", Step::ok(json!({"status": "completed", "output": []}))),
         ("malformed_response", Step::ok(json!([text_item("x")]))),
     ];
     for (i, (code, step)) in cases.into_iter().enumerate() {
@@ -180,13 +144,7 @@ async fn decoder_failures_fail_at_once_with_stable_codes() {
         let op = run_turn(&app, &turn("hi")).await;
         assert_failed(&op, code);
         assert!(op["result"].is_null(), "{op}");
-        assert!(
-            op["error"]
-                .as_str()
-                .unwrap()
-                .contains("provider attempts: 1"),
-            "{op}"
-        );
+        assert!(op["error"].as_str().unwrap().contains("provider attempts: 1"), "{op}");
         assert_eq!(fake.received().len(), i + 1, "{code} must not be retried");
     }
     assert_well_formed(&fake.received());
@@ -195,13 +153,8 @@ async fn decoder_failures_fail_at_once_with_stable_codes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_reply_with_server_error_is_retried() {
-    let failed =
-        json!({"status": "failed", "error": {"code": "server_error", "message": "try again"}});
-    let fake = FakeProvider::start(vec![
-        Step::ok(failed),
-        Step::ok(completed_text("second time")),
-    ])
-    .await;
+    let failed = json!({"status": "failed", "error": {"code": "server_error", "message": "try again"}});
+    let fake = FakeProvider::start(vec![Step::ok(failed), Step::ok(completed_text("second time"))]).await;
     let app = app(&fake).await;
     let op = run_turn(&app, &turn("hi")).await;
     assert_eq!(op["state"], "succeeded", "{op}");
@@ -209,10 +162,7 @@ async fn a_failed_reply_with_server_error_is_retried() {
     assert_eq!(op["result"]["providerAttempts"], 2);
     let received = fake.wait_requests(2, Duration::from_secs(1)).await;
     assert_eq!(received.len(), 2);
-    assert_eq!(
-        received[0].body, received[1].body,
-        "a retry sends the same request"
-    );
+    assert_eq!(received[0].body, received[1].body, "a retry sends the same request");
     assert_well_formed(&received);
     app.stop().await;
 }

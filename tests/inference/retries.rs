@@ -8,17 +8,12 @@ use serde_json::json;
 
 use crate::common::Backend;
 use crate::fake::{FakeProvider, Step, completed_text};
-use crate::helpers::{
-    OPS, app, app_on, assert_failed, assert_well_formed, run_turn, submit, turn, wait_terminal,
-};
+use crate::helpers::{OPS, app, app_on, assert_failed, assert_well_formed, run_turn, submit, turn, wait_terminal};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limited_then_success_waits_as_long_as_retry_after_says() {
-    let limited = Step::status(
-        429,
-        json!({"error": {"code": "rate_limit_exceeded", "message": "slow down"}}),
-    )
-    .header("retry-after", "1");
+    let limited = Step::status(429, json!({"error": {"code": "rate_limit_exceeded", "message": "slow down"}}))
+        .header("retry-after", "1");
     let fake = FakeProvider::start(vec![limited, Step::ok(completed_text("ok"))]).await;
     let app = app(&fake).await;
     let op = run_turn(&app, &turn("hi")).await;
@@ -28,10 +23,7 @@ async fn rate_limited_then_success_waits_as_long_as_retry_after_says() {
     assert_eq!(received.len(), 2);
     let gap = received[1].at - received[0].at;
     // Our own backoff would be ≤ 500 ms; the server asked for 1 s.
-    assert!(
-        gap >= Duration::from_millis(1000),
-        "retried after {gap:?}, before retry-after"
-    );
+    assert!(gap >= Duration::from_millis(1000), "retried after {gap:?}, before retry-after");
     assert!(gap < Duration::from_millis(4000), "retried after {gap:?}");
     assert_well_formed(&received);
     app.stop().await;
@@ -40,18 +32,12 @@ async fn rate_limited_then_success_waits_as_long_as_retry_after_says() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_errors_are_retried_until_the_budget_is_spent() {
     let fake = FakeProvider::start(vec![]).await;
-    fake.always(Step::status(
-        500,
-        json!({"error": {"message": "upstream broke"}}),
-    ));
+    fake.always(Step::status(500, json!({"error": {"message": "upstream broke"}})));
     let app = app(&fake).await;
     let op = run_turn(&app, &turn("hi")).await;
     assert_failed(&op, "retries_exhausted");
     let error = op["error"].as_str().unwrap();
-    assert!(
-        error.contains("HTTP 500") && error.contains("upstream broke"),
-        "{error}"
-    );
+    assert!(error.contains("HTTP 500") && error.contains("upstream broke"), "{error}");
     assert!(error.contains("provider attempts: 3"), "{error}");
     let received = fake.received();
     assert_eq!(received.len(), 3, "RESPONSES_MAX_ATTEMPTS = 3");
@@ -67,28 +53,15 @@ async fn client_errors_and_insufficient_quota_fail_without_a_retry() {
     let fake = FakeProvider::start(vec![]).await;
     let app = app(&fake).await;
     let cases = vec![
-        (
-            "provider_rejected",
-            Step::status(400, json!({"error": {"message": "bad tool schema"}})),
-        ),
-        (
-            "provider_rejected",
-            Step::status(401, json!({"error": {"message": "who are you"}})),
-        ),
+        ("provider_rejected", Step::status(400, json!({"error": {"message": "bad tool schema"}}))),
+        ("provider_rejected", Step::status(401, json!({"error": {"message": "who are you"}}))),
         (
             "insufficient_quota",
             // Even a server saying "retry" cannot make an out-of-credit call worth repeating.
-            Step::status(
-                429,
-                json!({"error": {"code": "insufficient_quota", "message": "pay up"}}),
-            )
-            .header("x-should-retry", "true"),
+            Step::status(429, json!({"error": {"code": "insufficient_quota", "message": "pay up"}}))
+                .header("x-should-retry", "true"),
         ),
-        (
-            "provider_rejected",
-            Step::status(503, json!({"error": {"message": "no"}}))
-                .header("x-should-retry", "false"),
-        ),
+        ("provider_rejected", Step::status(503, json!({"error": {"message": "no"}})).header("x-should-retry", "false")),
     ];
     for (i, (code, step)) in cases.into_iter().enumerate() {
         fake.then(step);
@@ -97,10 +70,7 @@ async fn client_errors_and_insufficient_quota_fail_without_a_retry() {
         assert_eq!(fake.received().len(), i + 1, "{code} must not be retried");
     }
     let op = run_turn(&app, &turn("hi")).await;
-    assert_eq!(
-        op["state"], "failed",
-        "the script is empty: the fake answers 418"
-    );
+    assert_eq!(op["state"], "failed", "the script is empty: the fake answers 418");
     assert_well_formed(&fake.received());
     app.stop().await;
 }
@@ -119,10 +89,7 @@ async fn a_hanging_provider_times_out_on_every_attempt() {
     let received = fake.received();
     assert_eq!(received.len(), 2);
     // The client gave up on each hanging request (the fake saw both dropped).
-    fake.wait_until("both requests dropped", Duration::from_secs(5), |f| {
-        f.dropped() == 2
-    })
-    .await;
+    fake.wait_until("both requests dropped", Duration::from_secs(5), |f| f.dropped() == 2).await;
     assert_well_formed(&received);
     app.stop().await;
 }
@@ -139,12 +106,7 @@ async fn cancel_during_the_call_aborts_the_request() {
     let op = wait_terminal(&app, &id).await;
     assert_eq!(op["state"], "cancelled", "{op}");
     assert!(op["result"].is_null());
-    fake.wait_until(
-        "the in-flight request dropped",
-        Duration::from_secs(5),
-        |f| f.dropped() == 1,
-    )
-    .await;
+    fake.wait_until("the in-flight request dropped", Duration::from_secs(5), |f| f.dropped() == 1).await;
     assert_eq!(fake.received().len(), 1, "no retry after a cancel");
     app.stop().await;
 }
@@ -159,10 +121,6 @@ async fn a_call_longer_than_the_lease_keeps_the_lease() {
     let op = run_turn(&app, &turn("slow one")).await;
     assert_eq!(op["state"], "succeeded", "{op}");
     assert_eq!(op["result"]["providerAttempts"], 1);
-    assert_eq!(
-        fake.received().len(),
-        1,
-        "the operation was never taken over"
-    );
+    assert_eq!(fake.received().len(), 1, "the operation was never taken over");
     app.stop().await;
 }

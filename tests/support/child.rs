@@ -13,13 +13,7 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_context-ops");
 
 /// Variables the binary reads; removed so the parent's environment cannot leak in.
-const CLEARED: &[&str] = &[
-    "DATABASE_URL",
-    "REDIS_URL",
-    "AGENT_CONTEXT_SERVICE_TOKEN",
-    "RUST_LOG",
-    "HOSTNAME",
-];
+const CLEARED: &[&str] = &["DATABASE_URL", "REDIS_URL", "AGENT_CONTEXT_SERVICE_TOKEN", "RUST_LOG", "HOSTNAME"];
 
 /// A free TCP port on 127.0.0.1 (bound to port 0, read, released).
 pub fn free_port() -> u16 {
@@ -46,11 +40,7 @@ impl Proc {
             .stderr(Stdio::from(err))
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-        Proc {
-            name: name.to_string(),
-            child: Some(child),
-            log,
-        }
+        Proc { name: name.to_string(), child: Some(child), log }
     }
 
     pub fn pid(&self) -> u32 {
@@ -67,11 +57,8 @@ impl Proc {
 
     /// Send a signal by name (`STOP`, `CONT`, …) with `kill(1)`.
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.pid().to_string())
-            .status()
-            .expect("run kill");
+        let status =
+            Command::new("kill").arg(format!("-{signal}")).arg(self.pid().to_string()).status().expect("run kill");
         assert!(status.success(), "kill -{signal} {} failed", self.pid());
     }
 
@@ -96,11 +83,7 @@ impl Proc {
         if let Some(child) = self.child.as_mut()
             && let Ok(Some(status)) = child.try_wait()
         {
-            panic!(
-                "{} exited early with {status}; log tail:\n{}",
-                self.name,
-                self.log_tail(40)
-            );
+            panic!("{} exited early with {status}; log tail:\n{}", self.name, self.log_tail(40));
         }
     }
 
@@ -118,11 +101,7 @@ impl Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         if std::thread::panicking() && self.child.is_some() {
-            eprintln!(
-                "---- {} log tail ----\n{}\n----",
-                self.name,
-                self.log_tail(30)
-            );
+            eprintln!("---- {} log tail ----\n{}\n----", self.name, self.log_tail(30));
         }
         self.kill();
     }
@@ -143,10 +122,7 @@ impl ServiceEnv {
         let mut cmd = Command::new(BIN);
         cmd.arg(subcommand).current_dir(&self.dir);
         for (key, _) in std::env::vars_os() {
-            if key
-                .to_str()
-                .is_some_and(|k| k.starts_with("CONTEXT_OPS_") || CLEARED.contains(&k))
-            {
+            if key.to_str().is_some_and(|k| k.starts_with("CONTEXT_OPS_") || CLEARED.contains(&k)) {
                 cmd.env_remove(key);
             }
         }
@@ -170,10 +146,7 @@ impl ServiceEnv {
 
     /// Apply the migrations (`context-ops migrate`) so the test can seed before starting.
     pub fn migrate(&self) {
-        let out = self
-            .command("migrate", 0)
-            .output()
-            .expect("run context-ops migrate");
+        let out = self.command("migrate", 0).output().expect("run context-ops migrate");
         assert!(
             out.status.success(),
             "migrate failed: {}\n{}",
@@ -186,10 +159,7 @@ impl ServiceEnv {
     pub fn spawn(&self, name: &str, subcommand: &str) -> Service {
         let port = free_port();
         let proc = Proc::spawn(name, self.command(subcommand, port), &self.dir);
-        Service {
-            proc,
-            base: format!("http://127.0.0.1:{port}"),
-        }
+        Service { proc, base: format!("http://127.0.0.1:{port}") }
     }
 }
 
@@ -228,27 +198,14 @@ impl Service {
 /// A private, non-persistent `redis-server` on `port`.
 pub fn start_redis(dir: &Path, name: &str, port: u16) -> Proc {
     let mut cmd = Command::new("redis-server");
-    cmd.args([
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ])
-    .args(["--daemonize", "no"])
-    .current_dir(dir);
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(["--daemonize", "no"])
+        .current_dir(dir);
     let mut proc = Proc::spawn(name, cmd, dir);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !redis_pings(port) {
         proc.assert_alive();
-        assert!(
-            Instant::now() < deadline,
-            "redis-server on {port} did not answer; log:\n{}",
-            proc.log_tail(20)
-        );
+        assert!(Instant::now() < deadline, "redis-server on {port} did not answer; log:\n{}", proc.log_tail(20));
         std::thread::sleep(Duration::from_millis(20));
     }
     proc

@@ -36,21 +36,11 @@ impl Step {
         Step::status(200, body)
     }
     pub fn status(status: u16, body: Value) -> Step {
-        Step::Reply {
-            status,
-            headers: Vec::new(),
-            body: body.to_string(),
-            delay: Duration::ZERO,
-        }
+        Step::Reply { status, headers: Vec::new(), body: body.to_string(), delay: Duration::ZERO }
     }
     /// A raw (possibly non-JSON) body.
     pub fn raw(status: u16, body: &str) -> Step {
-        Step::Reply {
-            status,
-            headers: Vec::new(),
-            body: body.to_string(),
-            delay: Duration::ZERO,
-        }
+        Step::Reply { status, headers: Vec::new(), body: body.to_string(), delay: Duration::ZERO }
     }
     pub fn header(mut self, name: &'static str, value: &str) -> Step {
         if let Step::Reply { headers, .. } = &mut self {
@@ -103,22 +93,12 @@ pub struct FakeProvider {
 impl FakeProvider {
     pub async fn start(script: Vec<Step>) -> FakeProvider {
         let (tx, rx) = watch::channel(0u64);
-        let inner = Arc::new(Inner {
-            script: Mutex::new(script.into()),
-            events: Some(tx),
-            ..Default::default()
-        });
-        let app = Router::new()
-            .route("/v1/responses", post(handle))
-            .with_state(inner.clone());
+        let inner = Arc::new(Inner { script: Mutex::new(script.into()), events: Some(tx), ..Default::default() });
+        let app = Router::new().route("/v1/responses", post(handle)).with_state(inner.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        FakeProvider {
-            url,
-            inner,
-            events: rx,
-        }
+        FakeProvider { url, inner, events: rx }
     }
 
     /// Add a step to the end of the script.
@@ -140,12 +120,7 @@ impl FakeProvider {
     }
 
     /// Wait (bounded) until `cond` holds over the fake's state.
-    pub async fn wait_until(
-        &self,
-        what: &str,
-        within: Duration,
-        cond: impl Fn(&FakeProvider) -> bool,
-    ) {
+    pub async fn wait_until(&self, what: &str, within: Duration, cond: impl Fn(&FakeProvider) -> bool) {
         let mut rx = self.events.clone();
         let waited = tokio::time::timeout(within, rx.wait_for(|_| cond(self))).await;
         assert!(
@@ -158,10 +133,7 @@ impl FakeProvider {
 
     /// Wait until at least `n` requests arrived; returns them all.
     pub async fn wait_requests(&self, n: usize, within: Duration) -> Vec<Received> {
-        self.wait_until(&format!("{n} requests"), within, |f| {
-            f.received().len() >= n
-        })
-        .await;
+        self.wait_until(&format!("{n} requests"), within, |f| f.received().len() >= n).await;
         self.received()
     }
 }
@@ -182,47 +154,25 @@ impl Drop for DropGuard {
 }
 
 async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: String) -> Response {
-    let authorization = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let authorization = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
     let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
-    inner.received.lock().unwrap().push(Received {
-        at: Instant::now(),
-        authorization,
-        body,
-    });
-    let step = inner
-        .script
-        .lock()
-        .unwrap()
-        .pop_front()
-        .or_else(|| inner.standing.lock().unwrap().clone());
+    inner.received.lock().unwrap().push(Received { at: Instant::now(), authorization, body });
+    let step = inner.script.lock().unwrap().pop_front().or_else(|| inner.standing.lock().unwrap().clone());
     inner.bump();
-    let mut guard = DropGuard {
-        inner: inner.clone(),
-        answered: false,
-    };
+    let mut guard = DropGuard { inner: inner.clone(), answered: false };
     let Some(step) = step else {
         guard.answered = true;
         return (StatusCode::IM_A_TEAPOT, "fake provider: script exhausted").into_response();
     };
     match step {
         Step::Hang => std::future::pending().await,
-        Step::Reply {
-            status,
-            headers,
-            body,
-            delay,
-        } => {
+        Step::Reply { status, headers, body, delay } => {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
             guard.answered = true;
             let mut response = (StatusCode::from_u16(status).unwrap(), body).into_response();
-            response
-                .headers_mut()
-                .insert("content-type", "application/json".parse().unwrap());
+            response.headers_mut().insert("content-type", "application/json".parse().unwrap());
             for (name, value) in headers {
                 response.headers_mut().insert(name, value.parse().unwrap());
             }

@@ -44,8 +44,5 @@ fn samples_match_name_and_labels_exactly() {
     assert_eq!(sample(page, ops, &[("state", "queued")]), Some(3.0));
     assert_eq!(sample(page, ops, &[("kind", "delete")]), Some(4.0));
     assert_eq!(sample(page, ops, &[("state", "failed")]), None);
-    assert_eq!(
-        sample(page, "context_ops_oldest_queued_timestamp_seconds", &[]),
-        Some(1_700_000_000.5)
-    );
+    assert_eq!(sample(page, "context_ops_oldest_queued_timestamp_seconds", &[]), Some(1_700_000_000.5));
 }

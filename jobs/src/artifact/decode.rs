@@ -151,7 +151,7 @@ impl Decoder {
             d.update(data);
         }
         while !data.is_empty() {
-            let Some(newline) = data.iter().position(|&b| b == b'\n') else {
+            let Some(newline) = memchr::memchr(b'\n', data) else {
                 self.check_length(data.len())?;
                 self.buf.extend_from_slice(data);
                 break;
@@ -187,7 +187,9 @@ impl Decoder {
             self.consumed = end;
         }
         match self.stage {
-            Stage::Header => Err(DecodeError::new(DecodeErrorKind::Truncated, 1, "the artifact is empty: no header line")),
+            Stage::Header => {
+                Err(DecodeError::new(DecodeErrorKind::Truncated, 1, "the artifact is empty: no header line"))
+            }
             Stage::Body => Err(DecodeError::new(
                 DecodeErrorKind::Truncated,
                 self.line + 1,
@@ -466,7 +468,11 @@ mod tests {
             (2, r#"{"type":"vector","id":"x"}"#.to_string(), 3),
             (1, lines[4].clone(), 3),
             (2, r#"{"type":"message","id":"","scope":{"conversationId":"c"},"role":"user","content":"x"}"#.into(), 3),
-            (2, r#"{"type":"message","id":"m","scope":{"conversationId":"c"},"role":"wizard","content":"x"}"#.into(), 3),
+            (
+                2,
+                r#"{"type":"message","id":"m","scope":{"conversationId":"c"},"role":"wizard","content":"x"}"#.into(),
+                3,
+            ),
             (3, String::new(), 4),
             (0, lines[5].clone(), 1),
         ] {

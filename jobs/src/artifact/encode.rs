@@ -16,7 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::digest::ArtifactDigest;
-use super::wire::{Header, LineRef, Trailer};
+use super::wire::{Header, LineRef, StoredColumns, Trailer};
 use crate::contract::{ContextInsight, ConversationRecord};
 
 /// Which records the encoder accepts next: messages, then entries, then nothing.
@@ -70,7 +70,8 @@ impl Encoder {
     /// A new artifact: the header line is written at once.
     pub fn new(chunk_bytes: usize, header: &Header) -> Self {
         let state = EncoderState { emitted: 0, carry: Vec::new(), messages: 0, entries: 0, section: Section::Messages };
-        let mut encoder = Self { chunk_bytes: chunk_bytes.max(1), state, digest: ArtifactDigest::new(), ready: Vec::new() };
+        let mut encoder =
+            Self { chunk_bytes: chunk_bytes.max(1), state, digest: ArtifactDigest::new(), ready: Vec::new() };
         encoder.line(&LineRef::Header(header)).expect("a header always serializes");
         encoder
     }
@@ -89,6 +90,21 @@ impl Encoder {
             return Err(EncodeError::OutOfOrder("a message", self.state.section));
         }
         self.line(&LineRef::Message(record))?;
+        self.state.messages += 1;
+        Ok(())
+    }
+
+    /// A message straight from its stored columns (the same line as [`Self::message`]).
+    pub fn stored_message(&mut self, message: &StoredColumns<'_>) -> Result<(), EncodeError> {
+        if self.state.section != Section::Messages {
+            return Err(EncodeError::OutOfOrder("a message", self.state.section));
+        }
+        let start = self.state.carry.len();
+        if let Err(e) = message.write_line(&mut self.state.carry) {
+            self.state.carry.truncate(start);
+            return Err(EncodeError::Json(e));
+        }
+        self.end_line(start);
         self.state.messages += 1;
         Ok(())
     }
@@ -158,10 +174,16 @@ impl Encoder {
             self.state.carry.truncate(start);
             return Err(EncodeError::Json(e.to_string()));
         }
+        self.end_line(start);
+        Ok(())
+    }
+
+    /// The line that starts at `start` in the carry is written: end it, hash it, and split
+    /// off any chunk it completed.
+    fn end_line(&mut self, start: usize) {
         self.state.carry.push(b'\n');
         self.digest.update(&self.state.carry[start..]);
         self.split_full_chunks();
-        Ok(())
     }
 
     fn split_full_chunks(&mut self) {
@@ -236,6 +258,51 @@ mod tests {
         assert_eq!(finished.size_bytes as usize, out.len());
         assert_eq!(finished.digest, ArtifactDigest::of(&out));
         assert_eq!(finished.messages, 10);
+    }
+
+    #[test]
+    fn stored_messages_write_the_record_line() {
+        let mut full = message(3);
+        full.name = Some("calc".into());
+        full.tool_call_id = Some("call-1".into());
+        full.metadata = json!({"b": [1, 2.5, null], "a": "é\n\"q\""});
+        full.content = json!([{"type": "text", "text": "tab\there"}]);
+        full.scope.agent_id = Some("agent".into());
+        for record in [message(1), full] {
+            let scope = serde_json::to_string(&record.scope).unwrap();
+            let content = record.content.to_string();
+            let metadata = (!record.metadata.is_null()).then(|| record.metadata.to_string());
+            let stored = StoredColumns {
+                id: &record.id,
+                scope: &scope,
+                role: &record.role,
+                content: &content,
+                name: record.name.as_deref(),
+                tool_call_id: record.tool_call_id.as_deref(),
+                sequence: record.sequence,
+                created_at_ms: record.created_at_ms,
+                metadata: metadata.as_deref(),
+            };
+            let mut typed = Encoder::new(1 << 20, &Header::new("t", 0));
+            let mut raw = Encoder::new(1 << 20, &Header::new("t", 0));
+            typed.message(&record).unwrap();
+            raw.stored_message(&stored).unwrap();
+            assert_eq!(typed.finish().unwrap(), raw.finish().unwrap());
+        }
+        let spans_lines = StoredColumns {
+            id: "m",
+            scope: "{\"conversationId\":\n\"c\"}",
+            role: "user",
+            content: "1",
+            name: None,
+            tool_call_id: None,
+            sequence: 1,
+            created_at_ms: 1,
+            metadata: None,
+        };
+        let mut enc = Encoder::new(1 << 20, &Header::new("t", 0));
+        assert!(matches!(enc.stored_message(&spans_lines), Err(EncodeError::Json(_))));
+        assert_eq!(enc.state().messages, 0, "a refused message leaves nothing behind");
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! each record, and the JSON of the artifact endpoints beyond the contract (metadata,
 //! listing, uploads).
 
+use std::io::Write as _;
+
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{ContextInsight, ConversationRecord};
@@ -37,6 +39,64 @@ pub(crate) enum LineRef<'a> {
     Message(&'a ConversationRecord),
     Entry(&'a ContextInsight),
     Trailer(&'a Trailer),
+}
+
+/// A message as the store holds it, its JSON columns (`scope`, `content`, `metadata`) still
+/// the text they are stored as: [`crate::artifact::Encoder::stored_message`] writes them
+/// through without parsing them into values and serializing them again. Field names, order
+/// and omissions are those of [`ConversationRecord`], so when the stored JSON is compact
+/// (as every write path stores it) the line is byte for byte the one the record would give
+/// (`stored_messages_write_the_record_line` holds the two together).
+#[derive(Debug, Clone, Copy)]
+pub struct StoredColumns<'a> {
+    pub id: &'a str,
+    pub scope: &'a str,
+    pub role: &'a str,
+    pub content: &'a str,
+    pub name: Option<&'a str>,
+    pub tool_call_id: Option<&'a str>,
+    pub sequence: i64,
+    pub created_at_ms: i64,
+    pub metadata: Option<&'a str>,
+}
+
+impl StoredColumns<'_> {
+    /// Append the message line (without its newline). Stored JSON is trusted to be JSON
+    /// (the import's validation pass reads every line back); what is checked is that it
+    /// cannot break the line framing.
+    pub(crate) fn write_line(&self, out: &mut Vec<u8>) -> Result<(), String> {
+        let json = |out: &mut Vec<u8>, what: &str, text: &str| {
+            if text.is_empty() || text.bytes().any(|b| b == b'\n' || b == b'\r') {
+                return Err(format!("message {:?} has a stored {what} that is not one-line JSON", self.id));
+            }
+            out.extend_from_slice(text.as_bytes());
+            Ok(())
+        };
+        let string = |out: &mut Vec<u8>, s: &str| serde_json::to_writer(out, s).map_err(|e| e.to_string());
+        out.extend_from_slice(br#"{"type":"message","id":"#);
+        string(out, self.id)?;
+        out.extend_from_slice(br#","scope":"#);
+        json(out, "scope", self.scope)?;
+        out.extend_from_slice(br#","role":"#);
+        string(out, self.role)?;
+        out.extend_from_slice(br#","content":"#);
+        json(out, "content", self.content)?;
+        if let Some(name) = self.name {
+            out.extend_from_slice(br#","name":"#);
+            string(out, name)?;
+        }
+        if let Some(id) = self.tool_call_id {
+            out.extend_from_slice(br#","toolCallId":"#);
+            string(out, id)?;
+        }
+        let _ = write!(out, r#","sequence":{},"createdAtMs":{}"#, self.sequence, self.created_at_ms);
+        if let Some(metadata) = self.metadata.filter(|m| *m != "null") {
+            out.extend_from_slice(br#","metadata":"#);
+            json(out, "metadata", metadata)?;
+        }
+        out.push(b'}');
+        Ok(())
+    }
 }
 
 /// The JSON line of `line`, without its newline (tests and tools build artifacts with it).
@@ -113,4 +173,3 @@ pub struct FinalizeUploadRequest {
     pub artifact_id: String,
     pub digest: String,
 }
-

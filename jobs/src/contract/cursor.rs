@@ -19,11 +19,8 @@ impl MessageCursor {
     }
 
     pub fn decode(value: &str) -> Result<Self, String> {
-        let bytes = URL_SAFE_NO_PAD
-            .decode(value)
-            .map_err(|_| "invalid message cursor encoding".to_string())?;
-        let cursor: Self = serde_json::from_slice(&bytes)
-            .map_err(|_| "invalid message cursor payload".to_string())?;
+        let bytes = URL_SAFE_NO_PAD.decode(value).map_err(|_| "invalid message cursor encoding".to_string())?;
+        let cursor: Self = serde_json::from_slice(&bytes).map_err(|_| "invalid message cursor payload".to_string())?;
         // A forged cursor pointing before the first sequence is as invalid as garbage.
         if cursor.sequence < 0 || cursor.id.is_empty() {
             return Err("invalid message cursor payload".to_string());
@@ -38,10 +35,7 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        let c = MessageCursor {
-            sequence: 42,
-            id: "m-1".into(),
-        };
+        let c = MessageCursor { sequence: 42, id: "m-1".into() };
         assert_eq!(MessageCursor::decode(&c.encode()).unwrap(), c);
     }
 

@@ -43,18 +43,13 @@ pub struct ConversationScope {
 
 impl ConversationScope {
     pub fn conversation(conversation_id: impl Into<String>) -> Self {
-        Self {
-            conversation_id: conversation_id.into(),
-            ..Default::default()
-        }
+        Self { conversation_id: conversation_id.into(), ..Default::default() }
     }
 
     /// The agent this conversation is listed under: the scope's `agentId`, else the first
     /// related agent.
     pub fn listing_agent(&self) -> Option<&str> {
-        self.agent_id
-            .as_deref()
-            .or_else(|| self.relations.agent_ids.first().map(String::as_str))
+        self.agent_id.as_deref().or_else(|| self.relations.agent_ids.first().map(String::as_str))
     }
 }
 
@@ -174,11 +169,7 @@ pub fn content_text(content: &Value) -> String {
         Value::String(value) => value.clone(),
         Value::Array(parts) => parts
             .iter()
-            .filter_map(|part| {
-                part.get("text")
-                    .and_then(Value::as_str)
-                    .or_else(|| part.as_str())
-            })
+            .filter_map(|part| part.get("text").and_then(Value::as_str).or_else(|| part.as_str()))
             .collect::<Vec<_>>()
             .join("\n"),
         Value::Null => String::new(),
@@ -197,9 +188,7 @@ pub fn validate_resource_id(what: &str, id: &str) -> Result<(), String> {
         return Err(format!("{what} must not be empty"));
     }
     if id.chars().count() > MAX_RESOURCE_ID_CHARS {
-        return Err(format!(
-            "{what} must be at most {MAX_RESOURCE_ID_CHARS} characters"
-        ));
+        return Err(format!("{what} must be at most {MAX_RESOURCE_ID_CHARS} characters"));
     }
     Ok(())
 }
@@ -221,9 +210,7 @@ pub fn validate_scope(scope: &ConversationScope) -> Result<(), String> {
 
 pub fn validate_roles(roles: &[String]) -> Result<(), String> {
     match roles.iter().find(|r| !MESSAGE_ROLES.contains(&r.as_str())) {
-        Some(bad) => Err(format!(
-            "unknown role {bad:?}; expected one of {MESSAGE_ROLES:?}"
-        )),
+        Some(bad) => Err(format!("unknown role {bad:?}; expected one of {MESSAGE_ROLES:?}")),
         None => Ok(()),
     }
 }
@@ -234,10 +221,7 @@ pub fn validate_append(records: &[ConversationRecord]) -> Result<(), String> {
         return Err("messages must not be empty".into());
     }
     if records.len() > MAX_APPEND_MESSAGES {
-        return Err(format!(
-            "an append carries at most {MAX_APPEND_MESSAGES} messages, got {}",
-            records.len()
-        ));
+        return Err(format!("an append carries at most {MAX_APPEND_MESSAGES} messages, got {}", records.len()));
     }
     for (i, r) in records.iter().enumerate() {
         validate_resource_id(&format!("messages[{i}].id"), &r.id)?;
@@ -252,9 +236,7 @@ pub fn validate_append(records: &[ConversationRecord]) -> Result<(), String> {
 
 pub fn validate_search_query(query: &str) -> Result<(), String> {
     if query.len() > MAX_SEARCH_QUERY_BYTES {
-        return Err(format!(
-            "query must be at most {MAX_SEARCH_QUERY_BYTES} bytes"
-        ));
+        return Err(format!("query must be at most {MAX_SEARCH_QUERY_BYTES} bytes"));
     }
     Ok(())
 }
@@ -273,10 +255,7 @@ mod tests {
     #[test]
     fn content_text_reads_strings_and_part_arrays() {
         assert_eq!(content_text(&json!("hello")), "hello");
-        assert_eq!(
-            content_text(&json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])),
-            "a\nb"
-        );
+        assert_eq!(content_text(&json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])), "a\nb");
         assert_eq!(content_text(&Value::Null), "");
         assert_eq!(content_text(&json!({"k": 1})), "{\"k\":1}");
     }

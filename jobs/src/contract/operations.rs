@@ -19,14 +19,8 @@ pub enum ContextOperationKind {
 }
 
 impl ContextOperationKind {
-    pub const ALL: [Self; 6] = [
-        Self::Delete,
-        Self::Export,
-        Self::Import,
-        Self::RebuildVector,
-        Self::Retention,
-        Self::Inference,
-    ];
+    pub const ALL: [Self; 6] =
+        [Self::Delete, Self::Export, Self::Import, Self::RebuildVector, Self::Retention, Self::Inference];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -56,13 +50,7 @@ pub enum ContextOperationState {
 }
 
 impl ContextOperationState {
-    pub const ALL: [Self; 5] = [
-        Self::Queued,
-        Self::Running,
-        Self::Succeeded,
-        Self::Failed,
-        Self::Cancelled,
-    ];
+    pub const ALL: [Self; 5] = [Self::Queued, Self::Running, Self::Succeeded, Self::Failed, Self::Cancelled];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -122,10 +110,7 @@ pub struct RetentionPolicy {
 
 impl Default for RetentionPolicy {
     fn default() -> Self {
-        Self {
-            max_age_days: Some(90),
-            max_messages: Some(100_000),
-        }
+        Self { max_age_days: Some(90), max_messages: Some(100_000) }
     }
 }
 

@@ -55,12 +55,7 @@ pub enum ResponseDecodeError {
     /// A refusal is the turn's answer, not a transport failure, so it keeps what
     /// a caller reports about any answer: usage, model and response id.
     #[error("the model refused the request: {message}")]
-    Refused {
-        message: String,
-        usage: Option<TokenUsage>,
-        model: Option<String>,
-        response_id: Option<String>,
-    },
+    Refused { message: String, usage: Option<TokenUsage>, model: Option<String>, response_id: Option<String> },
     /// The model both declined and requested tool calls. There is no sane partial
     /// reading of that, so the whole turn is rejected and no call may run.
     #[error("the model both refused and requested tool calls; the turn is rejected: {refusal}")]
@@ -68,16 +63,10 @@ pub enum ResponseDecodeError {
     /// A top-level `error` is present. It wins over any status, including
     /// `completed` and `failed`.
     #[error("the provider reported an error: {message}")]
-    ProviderError {
-        message: String,
-        code: Option<String>,
-    },
+    ProviderError { message: String, code: Option<String> },
     /// `status: "failed"` with no top-level `error` to explain it.
     #[error("the response failed: {message}")]
-    Failed {
-        message: String,
-        code: Option<String>,
-    },
+    Failed { message: String, code: Option<String> },
     /// `status: "incomplete"`: truncated, e.g. by `max_output_tokens` or a
     /// content filter. Partial output is not a finished turn.
     #[error("the response is incomplete ({})", reason.as_deref().unwrap_or("no reason given"))]
@@ -116,9 +105,7 @@ impl ResponseDecodeError {
     #[must_use]
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::ProviderError { code, .. } | Self::Failed { code, .. } => {
-                code.as_deref() == Some("server_error")
-            }
+            Self::ProviderError { code, .. } | Self::Failed { code, .. } => code.as_deref() == Some("server_error"),
             _ => false,
         }
     }
@@ -132,9 +119,7 @@ impl ResponseDecodeError {
 /// (lenient local servers omit it), but only together with such output.
 pub fn decode_response(json: &Value) -> Result<DecodedResponse, ResponseDecodeError> {
     if !json.is_object() {
-        return Err(ResponseDecodeError::Malformed(
-            "the body is not a JSON object".to_string(),
-        ));
+        return Err(ResponseDecodeError::Malformed("the body is not a JSON object".to_string()));
     }
     let usage = decode_usage(&json["usage"]);
 
@@ -152,9 +137,7 @@ pub fn decode_response(json: &Value) -> Result<DecodedResponse, ResponseDecodeEr
                 });
             }
             "incomplete" => {
-                let reason = json["incomplete_details"]["reason"]
-                    .as_str()
-                    .map(str::to_string);
+                let reason = json["incomplete_details"]["reason"].as_str().map(str::to_string);
                 return Err(ResponseDecodeError::Incomplete { reason });
             }
             "cancelled" => return Err(ResponseDecodeError::Cancelled),
@@ -163,9 +146,7 @@ pub fn decode_response(json: &Value) -> Result<DecodedResponse, ResponseDecodeEr
         // A status that is present but not a string cannot be read as
         // "completed"; treating it as absent would fail open.
         other => {
-            return Err(ResponseDecodeError::Malformed(format!(
-                "`status` is not a string: {other}"
-            )));
+            return Err(ResponseDecodeError::Malformed(format!("`status` is not a string: {other}")));
         }
     }
 
@@ -174,11 +155,7 @@ pub fn decode_response(json: &Value) -> Result<DecodedResponse, ResponseDecodeEr
         if !output.tool_calls.is_empty() {
             return Err(ResponseDecodeError::MixedRefusalAndToolCalls { refusal });
         }
-        let message = if output.text.is_empty() {
-            refusal
-        } else {
-            format!("{refusal}\n\n{}", output.text)
-        };
+        let message = if output.text.is_empty() { refusal } else { format!("{refusal}\n\n{}", output.text) };
         return Err(ResponseDecodeError::Refused {
             message,
             usage,
@@ -187,9 +164,7 @@ pub fn decode_response(json: &Value) -> Result<DecodedResponse, ResponseDecodeEr
         });
     }
     if output.text.is_empty() && output.tool_calls.is_empty() {
-        return Err(ResponseDecodeError::Malformed(
-            "no assistant text and no tool calls".to_string(),
-        ));
+        return Err(ResponseDecodeError::Malformed("no assistant text and no tool calls".to_string()));
     }
     Ok(DecodedResponse {
         text: output.text,
@@ -208,15 +183,9 @@ fn top_level_error(error: &Value) -> Option<(String, Option<String>)> {
         Value::Null => None,
         Value::String(s) => Some((s.clone(), None)),
         Value::Object(o) => {
-            let message = o
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("an error object with no message")
-                .to_string();
-            Some((
-                message,
-                o.get("code").and_then(Value::as_str).map(str::to_string),
-            ))
+            let message =
+                o.get("message").and_then(Value::as_str).unwrap_or("an error object with no message").to_string();
+            Some((message, o.get("code").and_then(Value::as_str).map(str::to_string)))
         }
         other => Some((other.to_string(), None)),
     }
@@ -264,19 +233,8 @@ fn decode_output(json: &Value) -> Output {
     {
         text.push_str(t);
     }
-    let refusal = refused.then(|| {
-        if refusal_text.is_empty() {
-            DEFAULT_REFUSAL.to_string()
-        } else {
-            refusal_text
-        }
-    });
-    Output {
-        text,
-        tool_calls,
-        echo,
-        refusal,
-    }
+    let refusal = refused.then(|| if refusal_text.is_empty() { DEFAULT_REFUSAL.to_string() } else { refusal_text });
+    Output { text, tool_calls, echo, refusal }
 }
 
 /// Decode a `usage` object (pass the sub-object, not the whole body). Accepts
@@ -287,23 +245,13 @@ fn decode_output(json: &Value) -> Output {
 #[must_use]
 pub fn decode_usage(usage: &Value) -> Option<TokenUsage> {
     let count = |names: [&str; 2]| names.iter().find_map(|n| usage[*n].as_u64()).map(saturate);
-    let detail = |sections: [&str; 2], field: &str| {
-        sections
-            .iter()
-            .find_map(|s| usage[*s][field].as_u64())
-            .map(saturate)
-    };
+    let detail =
+        |sections: [&str; 2], field: &str| sections.iter().find_map(|s| usage[*s][field].as_u64()).map(saturate);
     Some(TokenUsage {
         input_tokens: count(["input_tokens", "prompt_tokens"])?,
         output_tokens: count(["output_tokens", "completion_tokens"])?,
-        cached_tokens: detail(
-            ["input_tokens_details", "prompt_tokens_details"],
-            "cached_tokens",
-        ),
-        reasoning_tokens: detail(
-            ["output_tokens_details", "completion_tokens_details"],
-            "reasoning_tokens",
-        ),
+        cached_tokens: detail(["input_tokens_details", "prompt_tokens_details"], "cached_tokens"),
+        reasoning_tokens: detail(["output_tokens_details", "completion_tokens_details"], "reasoning_tokens"),
     })
 }
 

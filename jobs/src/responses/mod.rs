@@ -26,9 +26,7 @@ pub mod retry;
 
 pub use decode::{DecodedResponse, ResponseDecodeError, TokenUsage, decode_response, decode_usage};
 pub use request::{
-    ResponsesRequest, STORE_RESPONSE_SERVER_SIDE, build_request_body, build_responses_input,
-    validate_chat_message, validate_metadata, validate_request, validate_tools,
+    ResponsesRequest, STORE_RESPONSE_SERVER_SIDE, build_request_body, build_responses_input, validate_chat_message,
+    validate_metadata, validate_request, validate_tools,
 };
-pub use retry::{
-    HttpDisposition, RetryHeaders, backoff_ms, classify_http, classify_transport_error,
-};
+pub use retry::{HttpDisposition, RetryHeaders, backoff_ms, classify_http, classify_transport_error};

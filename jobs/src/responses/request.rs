@@ -106,11 +106,9 @@ pub fn build_responses_input(messages: &[Value]) -> (Option<String>, Vec<Value>)
 fn content_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p.as_str().or_else(|| p["text"].as_str()))
-            .collect::<Vec<_>>()
-            .join("\n"),
+        Value::Array(parts) => {
+            parts.iter().filter_map(|p| p.as_str().or_else(|| p["text"].as_str())).collect::<Vec<_>>().join("\n")
+        }
         _ => String::new(),
     }
 }
@@ -138,12 +136,7 @@ pub fn validate_chat_message(message: &Value) -> Result<(), String> {
         None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
         Some(_) => return Err("message `content` must be a string, an array, or null".to_string()),
     }
-    if role == "tool"
-        && obj
-            .get("tool_call_id")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-    {
+    if role == "tool" && obj.get("tool_call_id").and_then(Value::as_str).is_none_or(str::is_empty) {
         return Err("a `tool` message needs a non-empty string `tool_call_id`".to_string());
     }
     Ok(())
@@ -159,11 +152,7 @@ pub fn validate_tools(tools: &[Value]) -> Result<(), String> {
         if obj.get("type").and_then(Value::as_str) != Some("function") {
             return Err(format!("tool {i} must have type \"function\""));
         }
-        if obj
-            .get("name")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-        {
+        if obj.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
             return Err(format!("tool {i} needs a non-empty string `name`"));
         }
         if obj.get("parameters").is_some_and(|p| !p.is_object()) {
@@ -177,21 +166,14 @@ pub fn validate_tools(tools: &[Value]) -> Result<(), String> {
 /// values up to 512.
 pub fn validate_metadata(metadata: &BTreeMap<String, String>) -> Result<(), String> {
     if metadata.len() > MAX_METADATA_PAIRS {
-        return Err(format!(
-            "metadata has {} pairs; at most {MAX_METADATA_PAIRS} allowed",
-            metadata.len()
-        ));
+        return Err(format!("metadata has {} pairs; at most {MAX_METADATA_PAIRS} allowed", metadata.len()));
     }
     for (key, value) in metadata {
         if key.chars().count() > MAX_METADATA_KEY_CHARS {
-            return Err(format!(
-                "metadata key {key:?} is longer than {MAX_METADATA_KEY_CHARS} characters"
-            ));
+            return Err(format!("metadata key {key:?} is longer than {MAX_METADATA_KEY_CHARS} characters"));
         }
         if value.chars().count() > MAX_METADATA_VALUE_CHARS {
-            return Err(format!(
-                "metadata value for {key:?} is longer than {MAX_METADATA_VALUE_CHARS} characters"
-            ));
+            return Err(format!("metadata value for {key:?} is longer than {MAX_METADATA_VALUE_CHARS} characters"));
         }
     }
     Ok(())
@@ -215,10 +197,7 @@ pub fn validate_request(req: &ResponsesRequest) -> Result<(), String> {
 #[must_use]
 pub fn build_request_body(req: &ResponsesRequest) -> Value {
     let (system_text, input) = build_responses_input(&req.messages);
-    let instructions = match (
-        req.instructions.as_deref().filter(|s| !s.is_empty()),
-        system_text,
-    ) {
+    let instructions = match (req.instructions.as_deref().filter(|s| !s.is_empty()), system_text) {
         (Some(extra), Some(system)) => Some(format!("{extra}\n\n{system}")),
         (Some(extra), None) => Some(extra.to_string()),
         (None, system) => system,

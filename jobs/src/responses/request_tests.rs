@@ -32,8 +32,7 @@ fn build_input_joins_multiple_system_messages_and_treats_developer_as_system() {
 
 #[test]
 fn build_input_has_no_instructions_when_no_system_message() {
-    let (instructions, input) =
-        build_responses_input(&[json!({"role": "user", "content": "x"})]);
+    let (instructions, input) = build_responses_input(&[json!({"role": "user", "content": "x"})]);
     assert_eq!(instructions, None);
     assert_eq!(input.len(), 1);
 }
@@ -59,10 +58,7 @@ fn tool_message_becomes_function_call_output_in_order() {
         json!({"role": "user", "content": "thanks"}),
     ];
     let (_, input) = build_responses_input(&msgs);
-    assert_eq!(
-        input[1],
-        json!({"type": "function_call_output", "call_id": "c9", "output": "42"})
-    );
+    assert_eq!(input[1], json!({"type": "function_call_output", "call_id": "c9", "output": "42"}));
     assert_eq!(input[2]["role"], "user");
 }
 
@@ -113,10 +109,7 @@ fn validate_chat_message_rejects_bad_shapes() {
 #[test]
 fn validate_tools_requires_named_function_tools() {
     let good = json!({"type": "function", "name": "f", "parameters": {"type": "object"}});
-    assert_eq!(
-        validate_tools(&[good.clone(), json!({"type": "function", "name": "g"})]),
-        Ok(())
-    );
+    assert_eq!(validate_tools(&[good.clone(), json!({"type": "function", "name": "g"})]), Ok(()));
     for bad in [
         json!("f"),
         json!({"type": "web_search", "name": "f"}),
@@ -125,22 +118,15 @@ fn validate_tools_requires_named_function_tools() {
         json!({"type": "function", "name": 1}),
         json!({"type": "function", "name": "f", "parameters": "{}"}),
     ] {
-        assert!(
-            validate_tools(&[good.clone(), bad.clone()]).is_err(),
-            "{bad}"
-        );
+        assert!(validate_tools(&[good.clone(), bad.clone()]).is_err(), "{bad}");
     }
 }
 
 #[test]
 fn validate_metadata_enforces_provider_limits() {
-    let at_limit: BTreeMap<_, _> = (0..16)
-        .map(|i| (format!("k{i}"), "v".to_string()))
-        .collect();
+    let at_limit: BTreeMap<_, _> = (0..16).map(|i| (format!("k{i}"), "v".to_string())).collect();
     assert_eq!(validate_metadata(&at_limit), Ok(()));
-    let too_many: BTreeMap<_, _> = (0..17)
-        .map(|i| (format!("k{i}"), "v".to_string()))
-        .collect();
+    let too_many: BTreeMap<_, _> = (0..17).map(|i| (format!("k{i}"), "v".to_string())).collect();
     assert!(validate_metadata(&too_many).is_err());
     // Limits count characters, not bytes.
     let wide_ok = BTreeMap::from([("é".repeat(64), "ü".repeat(512))]);
@@ -157,41 +143,16 @@ fn validate_request_checks_model_messages_tools_and_metadata() {
         ..Default::default()
     };
     assert_eq!(validate_request(&ok), Ok(()));
-    assert!(
-        validate_request(&ResponsesRequest {
-            model: " ".into(),
-            ..ok.clone()
-        })
-        .is_err()
-    );
-    let bad_msg = ResponsesRequest {
-        messages: vec![json!({"role": "narrator"})],
-        ..ok.clone()
-    };
-    assert!(
-        validate_request(&bad_msg)
-            .unwrap_err()
-            .starts_with("message 0")
-    );
-    assert!(
-        validate_request(&ResponsesRequest {
-            tools: vec![json!({})],
-            ..ok.clone()
-        })
-        .is_err()
-    );
+    assert!(validate_request(&ResponsesRequest { model: " ".into(), ..ok.clone() }).is_err());
+    let bad_msg = ResponsesRequest { messages: vec![json!({"role": "narrator"})], ..ok.clone() };
+    assert!(validate_request(&bad_msg).unwrap_err().starts_with("message 0"));
+    assert!(validate_request(&ResponsesRequest { tools: vec![json!({})], ..ok.clone() }).is_err());
 }
 
 #[test]
 fn minimal_body_omits_optional_fields_but_always_sends_store_false() {
-    let req = ResponsesRequest {
-        model: "m".into(),
-        ..Default::default()
-    };
-    assert_eq!(
-        build_request_body(&req),
-        json!({"model": "m", "input": [], "store": false})
-    );
+    let req = ResponsesRequest { model: "m".into(), ..Default::default() };
+    assert_eq!(build_request_body(&req), json!({"model": "m", "input": [], "store": false}));
 }
 
 #[test]
@@ -199,10 +160,7 @@ fn full_body_carries_every_field() {
     let tool = json!({"type": "function", "name": "f", "parameters": {"type": "object"}});
     let req = ResponsesRequest {
         model: "gpt-x".into(),
-        messages: vec![
-            json!({"role": "system", "content": "sys"}),
-            json!({"role": "user", "content": "hi"}),
-        ],
+        messages: vec![json!({"role": "system", "content": "sys"}), json!({"role": "user", "content": "hi"})],
         instructions: Some("extra".into()),
         tools: vec![tool.clone()],
         tool_choice: Some(json!("auto")),
@@ -229,11 +187,7 @@ fn full_body_carries_every_field() {
 
 #[test]
 fn extra_instructions_alone_are_used_and_empty_extra_is_ignored() {
-    let mut req = ResponsesRequest {
-        model: "m".into(),
-        instructions: Some("only".into()),
-        ..Default::default()
-    };
+    let mut req = ResponsesRequest { model: "m".into(), instructions: Some("only".into()), ..Default::default() };
     assert_eq!(build_request_body(&req)["instructions"], "only");
     req.instructions = Some(String::new());
     req.messages = vec![json!({"role": "developer", "content": "dev"})];
@@ -242,17 +196,12 @@ fn extra_instructions_alone_are_used_and_empty_extra_is_ignored() {
 
 #[test]
 fn request_serde_is_camel_case_with_defaults() {
-    let req: ResponsesRequest = serde_json::from_value(
-        json!({"model": "m", "maxOutputTokens": 9, "reasoningEffort": "high"}),
-    )
-    .unwrap();
+    let req: ResponsesRequest =
+        serde_json::from_value(json!({"model": "m", "maxOutputTokens": 9, "reasoningEffort": "high"})).unwrap();
     assert_eq!(req.max_output_tokens, Some(9));
     assert_eq!(req.reasoning_effort.as_deref(), Some("high"));
     assert!(req.messages.is_empty() && req.metadata.is_empty());
     let back = serde_json::to_value(&req).unwrap();
     assert_eq!(back["toolChoice"], Value::Null);
-    assert_eq!(
-        serde_json::from_value::<ResponsesRequest>(back).unwrap(),
-        req
-    );
+    assert_eq!(serde_json::from_value::<ResponsesRequest>(back).unwrap(), req);
 }

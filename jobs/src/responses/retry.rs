@@ -55,9 +55,7 @@ pub fn classify_http(
         return HttpDisposition::Fail { code };
     }
     if attempts_exhausted(attempt, max_attempts) {
-        return HttpDisposition::Fail {
-            code: "retries_exhausted",
-        };
+        return HttpDisposition::Fail { code: "retries_exhausted" };
     }
     let after_ms = server_hint_ms(headers).unwrap_or_else(|| backoff_ms(attempt, jitter));
     HttpDisposition::Retry { after_ms }
@@ -68,13 +66,9 @@ pub fn classify_http(
 #[must_use]
 pub fn classify_transport_error(attempt: u32, max_attempts: u32, jitter: f64) -> HttpDisposition {
     if attempts_exhausted(attempt, max_attempts) {
-        return HttpDisposition::Fail {
-            code: "retries_exhausted",
-        };
+        return HttpDisposition::Fail { code: "retries_exhausted" };
     }
-    HttpDisposition::Retry {
-        after_ms: backoff_ms(attempt, jitter),
-    }
+    HttpDisposition::Retry { after_ms: backoff_ms(attempt, jitter) }
 }
 
 /// `min(500 ms · 2^attempt, 8 s) × (1 − 0.25 · jitter)`, in milliseconds. Jitter
@@ -85,11 +79,7 @@ pub fn backoff_ms(attempt: u32, jitter: f64) -> u64 {
     // 2^5 · 500 ms already exceeds the cap; clamping the exponent avoids
     // computing huge powers for large attempt numbers.
     let base = (INITIAL_BACKOFF_MS * 2f64.powi(attempt.min(5) as i32)).min(MAX_BACKOFF_MS);
-    let jitter = if jitter.is_nan() {
-        0.0
-    } else {
-        jitter.clamp(0.0, 1.0)
-    };
+    let jitter = if jitter.is_nan() { 0.0 } else { jitter.clamp(0.0, 1.0) };
     (base * (1.0 - 0.25 * jitter)).round() as u64
 }
 
@@ -106,12 +96,7 @@ fn retryable(status: u16, headers: &RetryHeaders, body: &Value) -> Result<(), &'
     if status == 429 && is_insufficient_quota(body) {
         return Err("insufficient_quota");
     }
-    match headers
-        .x_should_retry
-        .as_deref()
-        .map(|v| v.trim().to_ascii_lowercase())
-        .as_deref()
-    {
+    match headers.x_should_retry.as_deref().map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         Some("true") => return Ok(()),
         Some("false") => return Err("provider_rejected"),
         _ => {}
@@ -134,13 +119,8 @@ fn is_insufficient_quota(body: &Value) -> bool {
 /// clock it cannot be turned into a delay — so it falls back to backoff. A hint
 /// outside `(0, 60 s]` is ignored, as the official clients do.
 fn server_hint_ms(headers: &RetryHeaders) -> Option<u64> {
-    let parse = |v: &Option<String>| {
-        v.as_deref()
-            .and_then(|s| s.trim().parse::<f64>().ok())
-            .filter(|x| x.is_finite())
-    };
-    let hint = parse(&headers.retry_after_ms)
-        .or_else(|| parse(&headers.retry_after).map(|secs| secs * 1000.0))?;
+    let parse = |v: &Option<String>| v.as_deref().and_then(|s| s.trim().parse::<f64>().ok()).filter(|x| x.is_finite());
+    let hint = parse(&headers.retry_after_ms).or_else(|| parse(&headers.retry_after).map(|secs| secs * 1000.0))?;
     // Round up so we never come back before the time the server asked for.
     (hint > 0.0 && hint <= MAX_SERVER_HINT_MS).then(|| hint.ceil() as u64)
 }
@@ -166,21 +146,14 @@ mod tests {
     #[test]
     fn transient_statuses_are_retried() {
         for status in [408, 409, 429, 500, 502, 503, 504, 599] {
-            assert_eq!(
-                classify(status, &no_headers(), &Value::Null),
-                retry(500),
-                "{status}"
-            );
+            assert_eq!(classify(status, &no_headers(), &Value::Null), retry(500), "{status}");
         }
     }
 
     #[test]
     fn other_client_errors_are_rejected() {
         for status in [400, 401, 403, 404, 413, 422] {
-            assert_eq!(
-                classify(status, &no_headers(), &json!({"error": {"message": "x"}})),
-                fail("provider_rejected")
-            );
+            assert_eq!(classify(status, &no_headers(), &json!({"error": {"message": "x"}})), fail("provider_rejected"));
         }
     }
 
@@ -188,103 +161,47 @@ mod tests {
     fn insufficient_quota_is_never_retried() {
         let by_code = json!({"error": {"code": "insufficient_quota", "type": "x"}});
         let by_type = json!({"error": {"type": "insufficient_quota"}});
-        assert_eq!(
-            classify(429, &no_headers(), &by_code),
-            fail("insufficient_quota")
-        );
-        assert_eq!(
-            classify(429, &no_headers(), &by_type),
-            fail("insufficient_quota")
-        );
+        assert_eq!(classify(429, &no_headers(), &by_code), fail("insufficient_quota"));
+        assert_eq!(classify(429, &no_headers(), &by_type), fail("insufficient_quota"));
         let rate = json!({"error": {"code": "rate_limit_exceeded", "type": "requests"}});
         assert_eq!(classify(429, &no_headers(), &rate), retry(500));
     }
 
     #[test]
     fn x_should_retry_overrides_the_status_rules() {
-        let yes = RetryHeaders {
-            x_should_retry: Some("true".into()),
-            ..no_headers()
-        };
-        let no = RetryHeaders {
-            x_should_retry: Some(" FALSE ".into()),
-            ..no_headers()
-        };
-        let junk = RetryHeaders {
-            x_should_retry: Some("maybe".into()),
-            ..no_headers()
-        };
+        let yes = RetryHeaders { x_should_retry: Some("true".into()), ..no_headers() };
+        let no = RetryHeaders { x_should_retry: Some(" FALSE ".into()), ..no_headers() };
+        let junk = RetryHeaders { x_should_retry: Some("maybe".into()), ..no_headers() };
         assert_eq!(classify(400, &yes, &Value::Null), retry(500));
         // …except that out-of-credit is never retried, even when the server says so.
-        assert_eq!(
-            classify(429, &yes, &json!({"error": {"code": "insufficient_quota"}})),
-            fail("insufficient_quota")
-        );
+        assert_eq!(classify(429, &yes, &json!({"error": {"code": "insufficient_quota"}})), fail("insufficient_quota"));
         assert_eq!(classify(503, &no, &Value::Null), fail("provider_rejected"));
-        assert_eq!(
-            classify(429, &no, &json!({"error": {"code": "insufficient_quota"}})),
-            fail("insufficient_quota")
-        );
+        assert_eq!(classify(429, &no, &json!({"error": {"code": "insufficient_quota"}})), fail("insufficient_quota"));
         assert_eq!(classify(503, &junk, &Value::Null), retry(500));
-        assert_eq!(
-            classify(400, &junk, &Value::Null),
-            fail("provider_rejected")
-        );
+        assert_eq!(classify(400, &junk, &Value::Null), fail("provider_rejected"));
     }
 
     #[test]
     fn attempts_are_bounded() {
         let h = no_headers();
         assert_eq!(classify_http(500, &h, &Value::Null, 1, 3, 0.0), retry(1000));
-        assert_eq!(
-            classify_http(500, &h, &Value::Null, 2, 3, 0.0),
-            fail("retries_exhausted")
-        );
-        assert_eq!(
-            classify_http(500, &h, &Value::Null, 0, 1, 0.0),
-            fail("retries_exhausted")
-        );
-        assert_eq!(
-            classify_http(500, &h, &Value::Null, 0, 0, 0.0),
-            fail("retries_exhausted")
-        );
-        assert_eq!(
-            classify_http(500, &h, &Value::Null, u32::MAX, u32::MAX, 0.0),
-            fail("retries_exhausted")
-        );
+        assert_eq!(classify_http(500, &h, &Value::Null, 2, 3, 0.0), fail("retries_exhausted"));
+        assert_eq!(classify_http(500, &h, &Value::Null, 0, 1, 0.0), fail("retries_exhausted"));
+        assert_eq!(classify_http(500, &h, &Value::Null, 0, 0, 0.0), fail("retries_exhausted"));
+        assert_eq!(classify_http(500, &h, &Value::Null, u32::MAX, u32::MAX, 0.0), fail("retries_exhausted"));
         // A non-retryable status keeps its own code even on the last attempt.
-        assert_eq!(
-            classify_http(401, &h, &Value::Null, 2, 3, 0.0),
-            fail("provider_rejected")
-        );
+        assert_eq!(classify_http(401, &h, &Value::Null, 2, 3, 0.0), fail("provider_rejected"));
     }
 
     #[test]
     fn server_hints_are_honoured_within_sixty_seconds() {
-        let ms = RetryHeaders {
-            retry_after_ms: Some("1500.2".into()),
-            retry_after: Some("9".into()),
-            ..no_headers()
-        };
-        assert_eq!(
-            classify(429, &ms, &Value::Null),
-            retry(1501),
-            "retry-after-ms wins, rounded up"
-        );
-        let secs = RetryHeaders {
-            retry_after: Some("2".into()),
-            ..no_headers()
-        };
+        let ms = RetryHeaders { retry_after_ms: Some("1500.2".into()), retry_after: Some("9".into()), ..no_headers() };
+        assert_eq!(classify(429, &ms, &Value::Null), retry(1501), "retry-after-ms wins, rounded up");
+        let secs = RetryHeaders { retry_after: Some("2".into()), ..no_headers() };
         assert_eq!(classify(503, &secs, &Value::Null), retry(2000));
-        let frac = RetryHeaders {
-            retry_after: Some("0.25".into()),
-            ..no_headers()
-        };
+        let frac = RetryHeaders { retry_after: Some("0.25".into()), ..no_headers() };
         assert_eq!(classify(503, &frac, &Value::Null), retry(250));
-        let max = RetryHeaders {
-            retry_after: Some("60".into()),
-            ..no_headers()
-        };
+        let max = RetryHeaders { retry_after: Some("60".into()), ..no_headers() };
         assert_eq!(classify(503, &max, &Value::Null), retry(60_000));
     }
 
@@ -299,23 +216,12 @@ mod tests {
             (Some("inf"), None),
             (Some("60001"), Some("1")),
         ] {
-            let h = RetryHeaders {
-                retry_after_ms: ms.map(Into::into),
-                retry_after: secs.map(Into::into),
-                ..no_headers()
-            };
-            assert_eq!(
-                classify_http(500, &h, &Value::Null, 1, 5, 0.0),
-                retry(1000),
-                "{h:?}"
-            );
+            let h =
+                RetryHeaders { retry_after_ms: ms.map(Into::into), retry_after: secs.map(Into::into), ..no_headers() };
+            assert_eq!(classify_http(500, &h, &Value::Null, 1, 5, 0.0), retry(1000), "{h:?}");
         }
         // An unparseable retry-after-ms does not hide a usable retry-after.
-        let h = RetryHeaders {
-            retry_after_ms: Some("soon".into()),
-            retry_after: Some("3".into()),
-            ..no_headers()
-        };
+        let h = RetryHeaders { retry_after_ms: Some("soon".into()), retry_after: Some("3".into()), ..no_headers() };
         assert_eq!(classify(500, &h, &Value::Null), retry(3000));
     }
 
@@ -331,19 +237,13 @@ mod tests {
         assert_eq!(backoff_ms(0, -5.0), 500);
         assert_eq!(backoff_ms(0, 9.0), 375);
         assert_eq!(backoff_ms(0, f64::NAN), 500);
-        assert_eq!(
-            classify_http(500, &no_headers(), &Value::Null, 3, 10, 1.0),
-            retry(3000)
-        );
+        assert_eq!(classify_http(500, &no_headers(), &Value::Null, 3, 10, 1.0), retry(3000));
     }
 
     #[test]
     fn transport_errors_retry_within_the_same_budget() {
         assert_eq!(classify_transport_error(0, 3, 0.0), retry(500));
         assert_eq!(classify_transport_error(1, 3, 1.0), retry(750));
-        assert_eq!(
-            classify_transport_error(2, 3, 0.0),
-            fail("retries_exhausted")
-        );
+        assert_eq!(classify_transport_error(2, 3, 0.0), fail("retries_exhausted"));
     }
 }

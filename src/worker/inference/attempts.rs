@@ -17,12 +17,8 @@ use crate::provider::responses_client::{ProviderReply, ResponsesClient, Transpor
 use crate::store::leases::{self, FenceError, Progress};
 use crate::worker::{JobCtx, JobError};
 use crate::{fenced_checkpoint, with_pool};
-use context_jobs::kinds::inference::{
-    InferenceCheckpoint, InferenceResult, decode_turn, error_code,
-};
-use context_jobs::responses::{
-    HttpDisposition, classify_http, classify_transport_error, decode_usage,
-};
+use context_jobs::kinds::inference::{InferenceCheckpoint, InferenceResult, decode_turn, error_code};
+use context_jobs::responses::{HttpDisposition, classify_http, classify_transport_error, decode_usage};
 
 /// How often a running call checks the operation's cancel flag (and renews the lease).
 const CANCEL_POLL: Duration = Duration::from_millis(500);
@@ -49,22 +45,13 @@ pub(super) async fn call(
         let cancel = save(ctx, checkpoint, "calling_provider", 0).await?;
         ctx.boundary(cancel)?;
         let reply = guarded(ctx, client.create(body)).await?;
-        let next = judge(
-            client,
-            reply,
-            checkpoint.provider_attempts,
-            attempt,
-            max_attempts,
-        );
+        let next = judge(client, reply, checkpoint.provider_attempts, attempt, max_attempts);
         match next {
             Next::Done(result) => return Ok(result),
             Next::Fail { code, message } => {
                 let attempts = checkpoint.provider_attempts;
                 tracing::warn!(operation = %ctx.operation.id, code, attempts, error = %message, "inference failed");
-                return Err(JobError::permanent(
-                    code,
-                    format!("{message} (provider attempts: {attempts})"),
-                ));
+                return Err(JobError::permanent(code, format!("{message} (provider attempts: {attempts})")));
             }
             Next::Retry { after_ms, reason } => {
                 metrics::counter!(PROVIDER_RETRIES, "reason" => reason).increment(1);
@@ -91,16 +78,12 @@ fn judge(
         Err(e) => {
             let timed_out = matches!(e, TransportError::Timeout);
             return match classify_transport_error(attempt, max_attempts, jitter) {
-                HttpDisposition::Retry { after_ms } => Next::Retry {
-                    after_ms,
-                    reason: if timed_out { "timeout" } else { "transport" },
-                },
+                HttpDisposition::Retry { after_ms } => {
+                    Next::Retry { after_ms, reason: if timed_out { "timeout" } else { "transport" } }
+                }
                 HttpDisposition::Fail { code } => {
                     let code = if timed_out { error_code::TIMEOUT } else { code };
-                    Next::Fail {
-                        code,
-                        message: e.to_string(),
-                    }
+                    Next::Fail { code, message: e.to_string() }
                 }
             };
         }
@@ -108,61 +91,34 @@ fn judge(
     if !(200..300).contains(&reply.status) {
         let body = reply.body.as_ref().unwrap_or(&Value::Null);
         let detail = match &reply.body {
-            Ok(b) => b["error"]["message"]
-                .as_str()
-                .map(|m| client.scrub(m))
-                .unwrap_or_default(),
+            Ok(b) => b["error"]["message"].as_str().map(|m| client.scrub(m)).unwrap_or_default(),
             Err(e) => e.clone(),
         };
         let message = format!("the provider answered HTTP {}: {detail}", reply.status);
-        return match classify_http(
-            reply.status,
-            &reply.retry,
-            body,
-            attempt,
-            max_attempts,
-            jitter,
-        ) {
-            HttpDisposition::Retry { after_ms } => Next::Retry {
-                after_ms,
-                reason: "http_status",
-            },
+        return match classify_http(reply.status, &reply.retry, body, attempt, max_attempts, jitter) {
+            HttpDisposition::Retry { after_ms } => Next::Retry { after_ms, reason: "http_status" },
             HttpDisposition::Fail { code } => Next::Fail { code, message },
         };
     }
     let body = match reply.body {
         Ok(body) => body,
         Err(e) => {
-            return Next::Fail {
-                code: error_code::MALFORMED_RESPONSE,
-                message: e,
-            };
+            return Next::Fail { code: error_code::MALFORMED_RESPONSE, message: e };
         }
     };
     // Billed whether or not the turn is usable, so counted before decoding.
     if let Some(usage) = decode_usage(&body["usage"]) {
         metrics::counter!(TOKENS, "direction" => "input").increment(u64::from(usage.input_tokens));
-        metrics::counter!(TOKENS, "direction" => "output")
-            .increment(u64::from(usage.output_tokens));
+        metrics::counter!(TOKENS, "direction" => "output").increment(u64::from(usage.output_tokens));
     }
     match decode_turn(&body, provider_attempts) {
         Ok(result) => Next::Done(result),
         // A `failed` reply caused by a `server_error` is retried like a 5xx.
-        Err(e) if e.is_transient() => match classify_transport_error(attempt, max_attempts, jitter)
-        {
-            HttpDisposition::Retry { after_ms } => Next::Retry {
-                after_ms,
-                reason: "server_error",
-            },
-            HttpDisposition::Fail { code } => Next::Fail {
-                code,
-                message: client.scrub(&e.to_string()),
-            },
+        Err(e) if e.is_transient() => match classify_transport_error(attempt, max_attempts, jitter) {
+            HttpDisposition::Retry { after_ms } => Next::Retry { after_ms, reason: "server_error" },
+            HttpDisposition::Fail { code } => Next::Fail { code, message: client.scrub(&e.to_string()) },
         },
-        Err(e) => Next::Fail {
-            code: e.error_code(),
-            message: client.scrub(&e.to_string()),
-        },
+        Err(e) => Next::Fail { code: e.error_code(), message: client.scrub(&e.to_string()) },
     }
 }
 
@@ -194,15 +150,9 @@ pub(super) async fn save(
     phase: &'static str,
     processed: i64,
 ) -> Result<bool, JobError> {
-    let text = serde_json::to_string(checkpoint).map_err(|e| {
-        JobError::permanent(context_jobs::operation::error_code::INTERNAL, e.to_string())
-    })?;
-    let progress = Progress {
-        phase,
-        processed,
-        total: 1,
-        checkpoint: Some(text),
-    };
+    let text = serde_json::to_string(checkpoint)
+        .map_err(|e| JobError::permanent(context_jobs::operation::error_code::INTERNAL, e.to_string()))?;
+    let progress = Progress { phase, processed, total: 1, checkpoint: Some(text) };
     let cancel = with_pool!(&ctx.db, pool => {
         let mut tx = pool.begin_write().await?;
         let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress)?;

@@ -27,8 +27,8 @@ use crate::provider::responses_client::ResponsesClient;
 use crate::store::StoreError;
 use crate::store::messages;
 use context_jobs::kinds::inference::{
-    InferenceCheckpoint, InferenceJob, InferenceResult, error_code as inference_code,
-    history_window, record_cost, reply_message_id, reply_record,
+    InferenceCheckpoint, InferenceJob, InferenceResult, error_code as inference_code, history_window, record_cost,
+    reply_message_id, reply_record,
 };
 use context_jobs::operation::error_code;
 use context_jobs::responses::{ResponsesRequest, build_request_body};
@@ -55,18 +55,14 @@ pub async fn run(ctx: &JobCtx, job: &InferenceJob) -> Result<Value, JobError> {
         metrics::counter!(OUTCOMES, "outcome" => label).increment(1);
     }
     let result = outcome?;
-    serde_json::to_value(&result)
-        .map_err(|e| JobError::permanent(error_code::INTERNAL, e.to_string()))
+    serde_json::to_value(&result).map_err(|e| JobError::permanent(error_code::INTERNAL, e.to_string()))
 }
 
 async fn turn(ctx: &JobCtx, job: &InferenceJob) -> Result<InferenceResult, JobError> {
     let mut checkpoint: InferenceCheckpoint = match ctx.operation.checkpoint.as_deref() {
         None => InferenceCheckpoint::default(),
         Some(text) => serde_json::from_str(text).map_err(|e| {
-            JobError::permanent(
-                error_code::CORRUPT_OPERATION,
-                format!("inference checkpoint does not decode: {e}"),
-            )
+            JobError::permanent(error_code::CORRUPT_OPERATION, format!("inference checkpoint does not decode: {e}"))
         })?,
     };
     let mut result = match checkpoint.result.take() {
@@ -82,13 +78,8 @@ async fn turn(ctx: &JobCtx, job: &InferenceJob) -> Result<InferenceResult, JobEr
                     "nothing to send: the conversation has no usable history and no new messages were given",
                 ));
             }
-            let request = ResponsesRequest {
-                messages,
-                ..job.request.clone()
-            };
-            let result =
-                attempts::call(ctx, &client, &build_request_body(&request), &mut checkpoint)
-                    .await?;
+            let request = ResponsesRequest { messages, ..job.request.clone() };
+            let result = attempts::call(ctx, &client, &build_request_body(&request), &mut checkpoint).await?;
             if job.append_reply {
                 checkpoint.result = Some(result.clone());
                 // The answer is in hand: a cancel arriving now is not worth discarding it.
@@ -103,10 +94,7 @@ async fn turn(ctx: &JobCtx, job: &InferenceJob) -> Result<InferenceResult, JobEr
         match messages::append(&ctx.db, &tenant, std::slice::from_ref(&record)).await {
             Ok(_) => {}
             Err(StoreError::Conflict(m)) => {
-                return Err(JobError::permanent(
-                    inference_code::CONVERSATION_DELETING,
-                    m,
-                ));
+                return Err(JobError::permanent(inference_code::CONVERSATION_DELETING, m));
             }
             Err(e) => return Err(e.into()),
         }
@@ -131,8 +119,7 @@ async fn load_messages(
     let mut used = 0usize;
     let mut through = checkpoint.history_through.unwrap_or(i64::MAX);
     'pages: loop {
-        let page =
-            messages::newest_through(&ctx.db, &tenant, conversation, through, HISTORY_PAGE).await?;
+        let page = messages::newest_through(&ctx.db, &tenant, conversation, through, HISTORY_PAGE).await?;
         let full = page.len() == HISTORY_PAGE;
         for record in page {
             used += record_cost(&record);

@@ -24,10 +24,7 @@ pub fn record_messages(record: &ConversationRecord) -> Vec<Value> {
             // Only typed items may pass through verbatim; anything else was not
             // written by us and is ignored rather than sent.
             out.extend(
-                echo.into_iter()
-                    .flatten()
-                    .filter(|item| item["type"].as_str().is_some_and(|t| !t.is_empty()))
-                    .cloned(),
+                echo.into_iter().flatten().filter(|item| item["type"].as_str().is_some_and(|t| !t.is_empty())).cloned(),
             );
             out
         }
@@ -43,10 +40,7 @@ pub fn record_messages(record: &ConversationRecord) -> Vec<Value> {
 
 /// Bytes a record counts against the history budget: the size of what it sends.
 pub fn record_cost(record: &ConversationRecord) -> usize {
-    record_messages(record)
-        .iter()
-        .map(|m| m.to_string().len())
-        .sum()
+    record_messages(record).iter().map(|m| m.to_string().len()).sum()
 }
 
 /// The newest whole records (given oldest first) whose cost fits in `budget` bytes,
@@ -64,9 +58,7 @@ pub fn history_window(records: &[ConversationRecord], budget: usize) -> Vec<Valu
         used += cost;
         start -= 1;
     }
-    while start < records.len()
-        && (records[start].role == "tool" || record_messages(&records[start]).is_empty())
-    {
+    while start < records.len() && (records[start].role == "tool" || record_messages(&records[start]).is_empty()) {
         start += 1;
     }
     records[start..].iter().flat_map(record_messages).collect()
@@ -93,25 +85,16 @@ mod tests {
 
     #[test]
     fn roles_map_to_chat_messages() {
-        assert_eq!(
-            record_messages(&rec("user", json!("hi"))),
-            vec![json!({"role": "user", "content": "hi"})]
-        );
+        assert_eq!(record_messages(&rec("user", json!("hi"))), vec![json!({"role": "user", "content": "hi"})]);
         assert_eq!(
             record_messages(&rec("system", json!([{"text": "a"}, "b"]))),
             vec![json!({"role": "system", "content": "a\nb"})]
         );
         assert!(record_messages(&rec("event", json!("e"))).is_empty());
-        assert!(
-            record_messages(&rec("tool", json!("out"))).is_empty(),
-            "no call id"
-        );
+        assert!(record_messages(&rec("tool", json!("out"))).is_empty(), "no call id");
         let mut tool = rec("tool", json!("42"));
         tool.tool_call_id = Some("c1".into());
-        assert_eq!(
-            record_messages(&tool),
-            vec![json!({"role": "tool", "tool_call_id": "c1", "content": "42"})]
-        );
+        assert_eq!(record_messages(&tool), vec![json!({"role": "tool", "tool_call_id": "c1", "content": "42"})]);
         // Every produced message passes the request validation.
         for m in record_messages(&tool) {
             crate::responses::validate_chat_message(&m).unwrap();
@@ -121,18 +104,12 @@ mod tests {
     #[test]
     fn an_appended_reply_replays_its_echo_after_its_text() {
         let mut reply = rec("assistant", json!("calling"));
-        let call =
-            json!({"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"});
+        let call = json!({"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"});
         let reasoning = json!({"type": "reasoning", "id": "rs", "summary": []});
-        reply.metadata =
-            json!({"inference": {"echo": [reasoning.clone(), {"not": "typed"}, call.clone()]}});
+        reply.metadata = json!({"inference": {"echo": [reasoning.clone(), {"not": "typed"}, call.clone()]}});
         assert_eq!(
             record_messages(&reply),
-            vec![
-                json!({"role": "assistant", "content": "calling"}),
-                reasoning,
-                call.clone()
-            ]
+            vec![json!({"role": "assistant", "content": "calling"}), reasoning, call.clone()]
         );
         reply.content = json!("");
         assert_eq!(record_messages(&reply).len(), 2, "no empty text message");
@@ -141,9 +118,7 @@ mod tests {
 
     #[test]
     fn the_window_keeps_the_newest_whole_records_within_budget() {
-        let records: Vec<_> = (0..5)
-            .map(|i| rec("user", json!(format!("m{i}"))))
-            .collect();
+        let records: Vec<_> = (0..5).map(|i| rec("user", json!(format!("m{i}")))).collect();
         let one = record_cost(&records[0]);
         assert_eq!(history_window(&records, one * 5).len(), 5);
         let three = history_window(&records, one * 3 + one / 2);
@@ -156,11 +131,7 @@ mod tests {
 
     #[test]
     fn the_window_stops_at_the_first_record_that_does_not_fit() {
-        let records = vec![
-            rec("user", json!("a")),
-            rec("user", json!("x".repeat(500))),
-            rec("user", json!("b")),
-        ];
+        let records = vec![rec("user", json!("a")), rec("user", json!("x".repeat(500))), rec("user", json!("b"))];
         let w = history_window(&records, record_cost(&records[0]) * 3);
         assert_eq!(w, vec![json!({"role": "user", "content": "b"})]);
     }
@@ -169,12 +140,8 @@ mod tests {
     fn the_window_never_opens_with_a_tool_result_or_an_event() {
         let mut tool = rec("tool", json!("out"));
         tool.tool_call_id = Some("c1".into());
-        let records = vec![
-            rec("assistant", json!("x".repeat(400))),
-            tool,
-            rec("event", json!("e")),
-            rec("user", json!("next")),
-        ];
+        let records =
+            vec![rec("assistant", json!("x".repeat(400))), tool, rec("event", json!("e")), rec("user", json!("next"))];
         let w = history_window(&records, 200);
         assert_eq!(w, vec![json!({"role": "user", "content": "next"})]);
     }

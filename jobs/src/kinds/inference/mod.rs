@@ -10,8 +10,7 @@ mod submission;
 
 pub use history::{history_window, record_cost, record_messages};
 pub use submission::{
-    InferenceSubmission, MAX_INFERENCE_MESSAGES, MAX_TOOLS, MIN_MAX_OUTPUT_TOKENS,
-    REASONING_EFFORTS,
+    InferenceSubmission, MAX_INFERENCE_MESSAGES, MAX_TOOLS, MIN_MAX_OUTPUT_TOKENS, REASONING_EFFORTS,
 };
 
 use serde::{Deserialize, Serialize};
@@ -91,10 +90,7 @@ pub struct InferenceResult {
 
 /// Read a provider body as a turn: `Ok` for a completed turn and for a refusal (the
 /// turn's answer); every other decode error is the operation's failure.
-pub fn decode_turn(
-    body: &Value,
-    provider_attempts: u32,
-) -> Result<InferenceResult, ResponseDecodeError> {
+pub fn decode_turn(body: &Value, provider_attempts: u32) -> Result<InferenceResult, ResponseDecodeError> {
     match decode_response(body) {
         Ok(d) => Ok(InferenceResult {
             outcome: InferenceOutcome::Completed,
@@ -107,12 +103,7 @@ pub fn decode_turn(
             provider_attempts,
             appended_message_id: None,
         }),
-        Err(ResponseDecodeError::Refused {
-            message,
-            usage,
-            model,
-            response_id,
-        }) => Ok(InferenceResult {
+        Err(ResponseDecodeError::Refused { message, usage, model, response_id }) => Ok(InferenceResult {
             outcome: InferenceOutcome::Refused,
             text: message,
             tool_calls: Vec::new(),
@@ -153,11 +144,7 @@ pub fn reply_message_id(operation_id: &str) -> String {
 
 /// The assistant record `appendReply` appends. Its metadata keeps what a later turn
 /// needs to continue (the echo items) and where it came from.
-pub fn reply_record(
-    operation_id: &str,
-    conversation_id: &str,
-    result: &InferenceResult,
-) -> ConversationRecord {
+pub fn reply_record(operation_id: &str, conversation_id: &str, result: &InferenceResult) -> ConversationRecord {
     let mut inference = json!({
         "operationId": operation_id,
         "outcome": result.outcome.as_str(),
@@ -202,10 +189,7 @@ mod tests {
         assert_eq!(r.tool_calls.len(), 1);
         assert_eq!(r.echo.len(), 2);
         assert_eq!(r.echo[0]["type"], "reasoning");
-        assert_eq!(
-            (r.model.as_deref(), r.response_id.as_deref()),
-            (Some("m"), Some("resp_1"))
-        );
+        assert_eq!((r.model.as_deref(), r.response_id.as_deref()), (Some("m"), Some("resp_1")));
         assert_eq!(r.usage.unwrap().output_tokens, 4);
         assert_eq!(r.provider_attempts, 2);
     }
@@ -213,11 +197,7 @@ mod tests {
     #[test]
     fn a_refusal_is_an_answer_but_a_mixed_refusal_is_not() {
         let refusal = json!({"type": "message", "content": [{"type": "refusal", "refusal": "no"}]});
-        let r = decode_turn(
-            &json!({"id": "resp_2", "model": "m", "output": [refusal.clone()]}),
-            1,
-        )
-        .unwrap();
+        let r = decode_turn(&json!({"id": "resp_2", "model": "m", "output": [refusal.clone()]}), 1).unwrap();
         assert_eq!(r.outcome, InferenceOutcome::Refused);
         assert_eq!(r.text, "no");
         assert_eq!(r.response_id.as_deref(), Some("resp_2"));
@@ -242,17 +222,13 @@ mod tests {
 
     #[test]
     fn checkpoint_round_trips_and_defaults_from_empty() {
-        assert_eq!(
-            serde_json::from_str::<InferenceCheckpoint>("{}").unwrap(),
-            InferenceCheckpoint::default()
-        );
+        assert_eq!(serde_json::from_str::<InferenceCheckpoint>("{}").unwrap(), InferenceCheckpoint::default());
         let c = InferenceCheckpoint {
             provider_attempts: 2,
             history_through: Some(9),
             result: Some(decode_turn(&completed(), 2).unwrap()),
         };
-        let back: InferenceCheckpoint =
-            serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        let back: InferenceCheckpoint = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
         assert_eq!(back, c);
     }
 

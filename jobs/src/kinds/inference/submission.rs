@@ -8,9 +8,7 @@ use serde_json::Value;
 
 use super::InferenceJob;
 use crate::contract::validate_resource_id;
-use crate::responses::{
-    ResponsesRequest, validate_chat_message, validate_metadata, validate_tools,
-};
+use crate::responses::{ResponsesRequest, validate_chat_message, validate_metadata, validate_tools};
 
 /// Most messages one submission may carry (history loaded from a conversation is
 /// bounded by the history budget instead).
@@ -76,10 +74,7 @@ impl InferenceSubmission {
             validate_chat_message(m).map_err(|e| format!("messages[{i}]: {e}"))?;
         }
         if self.tools.len() > MAX_TOOLS {
-            return Err(format!(
-                "at most {MAX_TOOLS} tools, got {}",
-                self.tools.len()
-            ));
+            return Err(format!("at most {MAX_TOOLS} tools, got {}", self.tools.len()));
         }
         validate_tools(&self.tools)?;
         let mut names = HashSet::new();
@@ -95,16 +90,12 @@ impl InferenceSubmission {
         if let Some(max) = self.max_output_tokens
             && max < MIN_MAX_OUTPUT_TOKENS
         {
-            return Err(format!(
-                "maxOutputTokens must be at least {MIN_MAX_OUTPUT_TOKENS}"
-            ));
+            return Err(format!("maxOutputTokens must be at least {MIN_MAX_OUTPUT_TOKENS}"));
         }
         if let Some(effort) = &self.reasoning_effort
             && !REASONING_EFFORTS.contains(&effort.as_str())
         {
-            return Err(format!(
-                "unknown reasoningEffort {effort:?}; expected one of {REASONING_EFFORTS:?}"
-            ));
+            return Err(format!("unknown reasoningEffort {effort:?}; expected one of {REASONING_EFFORTS:?}"));
         }
         validate_metadata(&self.metadata)?;
         Ok(InferenceJob {
@@ -134,16 +125,11 @@ fn validate_tool_choice(choice: &Value, tools: &HashSet<&str>) -> Result<(), Str
         Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
             match o.get("name").and_then(Value::as_str) {
                 Some(name) if tools.contains(name) => Ok(()),
-                Some(name) => Err(format!(
-                    "toolChoice names {name:?}, which is not among the tools"
-                )),
+                Some(name) => Err(format!("toolChoice names {name:?}, which is not among the tools")),
                 None => Err("toolChoice of type function needs a string `name`".into()),
             }
         }
-        _ => Err(
-            r#"toolChoice must be "auto", "none", "required" or {"type": "function", "name": …}"#
-                .into(),
-        ),
+        _ => Err(r#"toolChoice must be "auto", "none", "required" or {"type": "function", "name": …}"#.into()),
     }
 }
 
@@ -180,117 +166,35 @@ mod tests {
 
     #[test]
     fn history_alone_is_enough() {
-        let s = InferenceSubmission {
-            messages: vec![],
-            conversation_id: Some("c".into()),
-            ..base()
-        };
+        let s = InferenceSubmission { messages: vec![], conversation_id: Some("c".into()), ..base() };
         assert!(s.into_job().is_ok());
     }
 
     #[test]
     fn unknown_fields_are_rejected() {
-        let e = serde_json::from_value::<InferenceSubmission>(
-            json!({"model": "m", "messages": [], "apendReply": true}),
-        );
+        let e =
+            serde_json::from_value::<InferenceSubmission>(json!({"model": "m", "messages": [], "apendReply": true}));
         assert!(e.is_err());
         assert!(serde_json::from_value::<InferenceSubmission>(json!({"messages": []})).is_err());
-        assert!(
-            serde_json::from_value::<InferenceSubmission>(
-                json!({"model": "m", "maxOutputTokens": -1})
-            )
-            .is_err()
-        );
+        assert!(serde_json::from_value::<InferenceSubmission>(json!({"model": "m", "maxOutputTokens": -1})).is_err());
     }
 
     #[test]
     fn every_rule_rejects_with_a_message() {
         let tool = json!({"type": "function", "name": "f"});
         let cases: Vec<(InferenceSubmission, &str)> = vec![
-            (
-                InferenceSubmission {
-                    model: " ".into(),
-                    ..base()
-                },
-                "model",
-            ),
-            (
-                InferenceSubmission {
-                    model: "m".repeat(200),
-                    ..base()
-                },
-                "model",
-            ),
-            (
-                InferenceSubmission {
-                    messages: vec![],
-                    ..base()
-                },
-                "messages",
-            ),
-            (
-                InferenceSubmission {
-                    append_reply: true,
-                    ..base()
-                },
-                "appendReply",
-            ),
-            (
-                InferenceSubmission {
-                    conversation_id: Some(String::new()),
-                    ..base()
-                },
-                "conversationId",
-            ),
-            (
-                InferenceSubmission {
-                    messages: vec![json!({"role": "narrator"})],
-                    ..base()
-                },
-                "messages[0]",
-            ),
-            (
-                InferenceSubmission {
-                    messages: vec![json!({"role": "user"}); 501],
-                    ..base()
-                },
-                "at most 500",
-            ),
-            (
-                InferenceSubmission {
-                    tools: vec![json!({"type": "function"})],
-                    ..base()
-                },
-                "tool 0",
-            ),
-            (
-                InferenceSubmission {
-                    tools: vec![tool.clone(), tool.clone()],
-                    ..base()
-                },
-                "twice",
-            ),
-            (
-                InferenceSubmission {
-                    tools: vec![tool.clone(); 129],
-                    ..base()
-                },
-                "at most 128",
-            ),
-            (
-                InferenceSubmission {
-                    tool_choice: Some(json!("required")),
-                    ..base()
-                },
-                "needs tools",
-            ),
-            (
-                InferenceSubmission {
-                    tool_choice: Some(json!("sometimes")),
-                    ..base()
-                },
-                "toolChoice",
-            ),
+            (InferenceSubmission { model: " ".into(), ..base() }, "model"),
+            (InferenceSubmission { model: "m".repeat(200), ..base() }, "model"),
+            (InferenceSubmission { messages: vec![], ..base() }, "messages"),
+            (InferenceSubmission { append_reply: true, ..base() }, "appendReply"),
+            (InferenceSubmission { conversation_id: Some(String::new()), ..base() }, "conversationId"),
+            (InferenceSubmission { messages: vec![json!({"role": "narrator"})], ..base() }, "messages[0]"),
+            (InferenceSubmission { messages: vec![json!({"role": "user"}); 501], ..base() }, "at most 500"),
+            (InferenceSubmission { tools: vec![json!({"type": "function"})], ..base() }, "tool 0"),
+            (InferenceSubmission { tools: vec![tool.clone(), tool.clone()], ..base() }, "twice"),
+            (InferenceSubmission { tools: vec![tool.clone(); 129], ..base() }, "at most 128"),
+            (InferenceSubmission { tool_choice: Some(json!("required")), ..base() }, "needs tools"),
+            (InferenceSubmission { tool_choice: Some(json!("sometimes")), ..base() }, "toolChoice"),
             (
                 InferenceSubmission {
                     tools: vec![tool.clone()],
@@ -299,25 +203,10 @@ mod tests {
                 },
                 "not among",
             ),
+            (InferenceSubmission { max_output_tokens: Some(15), ..base() }, "maxOutputTokens"),
+            (InferenceSubmission { reasoning_effort: Some("max".into()), ..base() }, "reasoningEffort"),
             (
-                InferenceSubmission {
-                    max_output_tokens: Some(15),
-                    ..base()
-                },
-                "maxOutputTokens",
-            ),
-            (
-                InferenceSubmission {
-                    reasoning_effort: Some("max".into()),
-                    ..base()
-                },
-                "reasoningEffort",
-            ),
-            (
-                InferenceSubmission {
-                    metadata: (0..17).map(|i| (format!("k{i}"), String::new())).collect(),
-                    ..base()
-                },
+                InferenceSubmission { metadata: (0..17).map(|i| (format!("k{i}"), String::new())).collect(), ..base() },
                 "metadata",
             ),
         ];
@@ -326,13 +215,9 @@ mod tests {
             assert!(e.contains(needle), "{e:?} should mention {needle:?}");
         }
         assert!(
-            InferenceSubmission {
-                tools: vec![tool],
-                tool_choice: Some(json!("required")),
-                ..base()
-            }
-            .into_job()
-            .is_ok()
+            InferenceSubmission { tools: vec![tool], tool_choice: Some(json!("required")), ..base() }
+                .into_job()
+                .is_ok()
         );
     }
 }
