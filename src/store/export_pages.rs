@@ -347,7 +347,11 @@ mod tests {
         let whole = whole.take_page().unwrap();
         assert_eq!(whole.len(), 2);
         assert_eq!(whole.last_position(), Some(("c".to_string(), 8)));
-        for broken in [&b"c\tm\tuser\t{}\t1\t\\N\t\\N\t\\N\t8\n"[..], b"c\tm\tu\t{}\t1\t\\N\t\\N\t\\N\t8\t9\t10\n", b"c\tm\tu\t{}\t1\t\\N\t\\N\t\\N\t\\N\t9\n"] {
+        for broken in [
+            &b"c\tm\tuser\t{}\t1\t\\N\t\\N\t\\N\t8\n"[..],
+            b"c\tm\tu\t{}\t1\t\\N\t\\N\t\\N\t8\t9\t10\n",
+            b"c\tm\tu\t{}\t1\t\\N\t\\N\t\\N\t\\N\t9\n",
+        ] {
             assert!(CopyPage::default().feed(broken).is_err(), "{:?}", String::from_utf8_lossy(broken));
         }
         let mut out = Vec::new();
