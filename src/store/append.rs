@@ -1,5 +1,5 @@
 //! The one sequence-assignment path for messages. The append endpoint and the import job
-//! both insert messages through [`append_in_tx!`], inside their own write transaction, so
+//! both insert messages through [`crate::append_in_tx!`], inside their own write transaction, so
 //! "skip ids that exist, give the rest the next sequences in batch order, bump the
 //! conversation" is written once.
 //!

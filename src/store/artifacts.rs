@@ -1,8 +1,9 @@
 //! The artifacts table family: artifact rows and their byte chunks. Reads (metadata,
 //! listing, byte ranges, a chunk-at-a-time reader), uploads (create, append at an offset,
 //! seal with a digest), deletion and expiry, and the statements an export runs inside its
-//! own fenced transactions ([`create_export_artifact!`], [`store_export_chunks!`],
-//! [`seal_export_artifact!`]).
+//! own fenced transactions (`create_export_artifact!`, `insert_export_chunks!`,
+//! `touch_export_artifact!`, `seal_export_artifact!`, and `relax_commit!`, which import
+//! batches use too).
 //!
 //! Every read is scoped by tenant and ignores expired artifacts (the pruner deletes them
 //! later; until then they are already invisible). Chunks are contiguous and keyed by their

@@ -41,7 +41,9 @@ pub fn is_transient(e: &sqlx::Error) -> bool {
             // SQLite: BUSY (5) and LOCKED (6) in their extended forms.
             matches!(code.as_ref(), "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300")
                 || code.starts_with("08")
-                || matches!(code.parse::<i32>().map(|c| c & 0xff), Ok(5) | Ok(6))
+                // SQLite BUSY/LOCKED and their extended codes; PostgreSQL SQLSTATEs are five
+                // characters and never match these.
+                || matches!(code.as_ref(), "5" | "261" | "517" | "773" | "6" | "262" | "518")
         }
         _ => false,
     }

@@ -2,13 +2,14 @@
 //! entries (id order), through the artifact encoder into fixed-size chunks stored in the
 //! database.
 //!
-//! Three things overlap: a reader task fetches pages of `batch_size` records ahead; the
-//! job encodes them; and whenever [`COMMIT_CHUNKS`] full chunks are ready they commit on
-//! their own task — the chunks plus the checkpoint (read positions and the encoder state:
-//! bytes handed out, the partial-chunk carry, counts, section) in one transaction fenced by
-//! the lease — while encoding goes on. At most one commit is in flight, so they apply in
-//! order. The check runs after every record, so a commit follows a chunk boundary and its
-//! carry is less than one line. Memory is a few pages and a few chunks, whatever the size.
+//! Three things overlap: a reader task fetches pages of `batch_size` records ahead (see
+//! [`export_pages::for_each_page`]); the job encodes them; and whenever `COMMIT_CHUNKS`
+//! full chunks are ready they commit on their own task — the chunks plus the checkpoint
+//! (read positions and the encoder state: bytes handed out, the partial-chunk carry,
+//! counts, section) in one transaction fenced by the lease — while encoding goes on (see
+//! `Commits`: inserts overlap, checkpoints land in order). The check runs after every
+//! record, so a commit follows a chunk boundary and its carry is less than one line.
+//! Memory is a few pages and a few chunks, whatever the size of the export.
 //!
 //! Resuming after a crash: the hash state is not in the checkpoint (it has no stable
 //! serialized form); it is rebuilt by streaming the committed chunks once, then the carry
@@ -17,12 +18,11 @@
 //! not change meanwhile (an export is not a snapshot: rows written behind its read position
 //! during the run are not in it).
 
-use serde_json::{Value, json};
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
 
 use super::{JobCtx, JobError};
@@ -44,7 +44,7 @@ use context_jobs::kinds::export::{ExportCheckpoint, ExportJob};
 use context_jobs::operation::error_code;
 
 /// Full chunks accumulated before a commit.
-const COMMIT_CHUNKS: usize = 8;
+const COMMIT_CHUNKS: usize = 4;
 /// Pages the reader may fetch ahead of the encoder.
 const PAGES_AHEAD: usize = 2;
 /// Commits that may hold chunks at once (their inserts overlap; they commit in order).
@@ -136,27 +136,26 @@ async fn export(ctx: &JobCtx, job: &ExportJob, mut checkpoint: ExportCheckpoint)
         };
         let items =
             messages.into_iter().flatten().map(Item::Message).chain(entries.into_iter().flatten().map(Item::Entry));
+        // The position of the last record encoded, made owned only when a checkpoint needs it.
+        let mut position = None;
         for item in items {
-            match item {
-                Item::Message(row) => {
-                    encoder.stored_message(&row.columns).map_err(encode_failed)?;
-                    checkpoint.after_message = Some((row.conversation_id.to_string(), row.sequence));
-                }
-                Item::Entry(entry) => {
-                    encoder.entry(entry).map_err(encode_failed)?;
-                    checkpoint.after_entry = Some(entry.id.clone());
-                }
+            match &item {
+                Item::Message(row) => encoder.stored_message(&row.columns).map_err(encode_failed)?,
+                Item::Entry(entry) => encoder.entry(entry).map_err(encode_failed)?,
             }
+            position = Some(item);
             processed += 1;
             // Checked after every record, so a commit lands just after a chunk boundary
             // and the carry in its checkpoint is less than one line.
             if encoder.ready_bytes() >= COMMIT_CHUNKS * chunk_bytes {
                 let t = Instant::now();
                 total = total.max(processed);
+                record_position(&mut checkpoint, position.take());
                 commits.spawn(ctx, &mut encoder, &mut checkpoint, None, (processed, total), &mut committed).await;
                 wait_commit += t.elapsed();
             }
         }
+        record_position(&mut checkpoint, position);
         busy += t.elapsed();
     }
     tracing::debug!(
@@ -180,6 +179,15 @@ enum Page {
 enum Item<'a> {
     Message(export_pages::StoredRow<'a>),
     Entry(&'a ContextInsight),
+}
+
+/// Note where the reads continue after `item` (the last record encoded), if any.
+fn record_position(checkpoint: &mut ExportCheckpoint, item: Option<Item<'_>>) {
+    match item {
+        Some(Item::Message(row)) => checkpoint.after_message = Some((row.conversation_id.to_string(), row.sequence)),
+        Some(Item::Entry(entry)) => checkpoint.after_entry = Some(entry.id.clone()),
+        None => {}
+    }
 }
 
 /// Read pages ahead of the encoder (messages, then entries) on their own task, so the

@@ -175,30 +175,19 @@ fn spawn_decoder(
     tokio::spawn(async move {
         let mut pending: Vec<Decoded> = Vec::new();
         loop {
-            let (mut waited, mut decoding) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
             while pending.len() < batch
                 && let Some(d) = decoder.as_mut()
             {
-                let t = std::time::Instant::now();
-                let piece = pieces.recv().await;
-                waited += t.elapsed();
-                let t = std::time::Instant::now();
-                let fed = match piece {
+                let fed = match pieces.recv().await {
                     Some(Ok(piece)) => d.feed(&piece, &mut pending).map_err(malformed),
                     Some(Err(e)) => Err(e),
                     None => decoder.take().map(Decoder::finish).transpose().map(|_| ()).map_err(malformed),
                 };
-                decoding += t.elapsed();
                 if let Err(e) = fed {
                     let _ = tx.send(Err(e)).await;
                     return;
                 }
             }
-            tracing::debug!(
-                waited_ms = waited.as_millis() as u64,
-                decode_ms = decoding.as_millis() as u64,
-                "import batch decoded"
-            );
             let mut next = Batch { messages: Vec::new(), entries: Vec::new(), end: None, last: false };
             for d in pending.drain(..pending.len().min(batch)) {
                 next.end = Some((d.end_offset, d.line));

@@ -227,6 +227,10 @@ pub fn validate_append(records: &[ConversationRecord]) -> Result<(), String> {
         validate_resource_id(&format!("messages[{i}].id"), &r.id)?;
         validate_scope(&r.scope).map_err(|e| format!("messages[{i}].{e}"))?;
         validate_roles(std::slice::from_ref(&r.role)).map_err(|e| format!("messages[{i}]: {e}"))?;
+        // PostgreSQL text cannot hold NUL; refuse it everywhere so both engines agree.
+        if r.content.to_string().contains("\\u0000") || content_text(&r.content).contains('\0') {
+            return Err(format!("messages[{i}].content must not contain NUL characters"));
+        }
         if r.created_at_ms < 0 {
             return Err(format!("messages[{i}].createdAtMs must not be negative"));
         }
