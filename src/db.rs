@@ -160,6 +160,7 @@ const POSTGRES_MIGRATIONS: MigrationSet = &[
     (2, "operations", include_str!("../migrations/postgres/0002_operations.sql")),
     (3, "entries", include_str!("../migrations/postgres/0003_entries.sql")),
     (4, "artifacts", include_str!("../migrations/postgres/0004_artifacts.sql")),
+    (5, "deleting_index", include_str!("../migrations/postgres/0005_deleting_index.sql")),
 ];
 
 const SQLITE_MIGRATIONS: MigrationSet = &[
@@ -167,6 +168,7 @@ const SQLITE_MIGRATIONS: MigrationSet = &[
     (2, "operations", include_str!("../migrations/sqlite/0002_operations.sql")),
     (3, "entries", include_str!("../migrations/sqlite/0003_entries.sql")),
     (4, "artifacts", include_str!("../migrations/sqlite/0004_artifacts.sql")),
+    (5, "deleting_index", include_str!("../migrations/sqlite/0005_deleting_index.sql")),
 ];
 
 #[cfg(test)]

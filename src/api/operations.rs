@@ -244,35 +244,35 @@ async fn wait(
     query: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
     let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
-    let op = load(&state, &caller, &id).await?;
-    let since = query.since_version.unwrap_or(op.version);
+    // Watching before the first read: a change committed after the read wakes us (in this
+    // process; other processes' changes are seen by the periodic re-read).
+    let watch = ops::Watch::new(parse_operation_id(&id)?);
+    let mut changed = watch.armed();
+    let mut current = load(&state, &caller, &id).await?;
+    let since = query.since_version.unwrap_or(current.version);
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(query.timeout_ms.unwrap_or(MAX_WAIT_MS).min(MAX_WAIT_MS));
-    let mut current = op;
     while current.version == since && !current.state.is_terminal() {
         let now = tokio::time::Instant::now();
         if now >= deadline {
             break;
         }
-        // Registered before the read: a change committed before it is seen by the read, one
-        // after it wakes us (in this process; other processes' changes by the re-read).
-        let changed = ops::changes().notified();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
-        match ops::version(&state.db, &caller.tenant, &current.id).await? {
-            Some(v) if v != current.version => {
-                current = load(&state, &caller, &current.id).await?;
-                continue;
-            }
-            Some(_) => {}
-            None => return Err(AppError::NotFound(format!("operation {} not found", current.id))),
-        }
-        tokio::select! {
-            () = changed => {}
-            () = tokio::time::sleep(Duration::from_millis(100).min(deadline - now)) => {}
+        let notified = tokio::select! {
+            () = &mut changed => true,
+            () = tokio::time::sleep(Duration::from_millis(100).min(deadline - now)) => false,
             // Shutting down: answer now (the client polls again) rather than hold the
             // HTTP server's graceful drain for up to the whole wait.
             () = state.shutdown.cancelled() => break,
+        };
+        changed = watch.armed();
+        // Woken: read the row. Timed out: a cheap version check first.
+        let moved = notified
+            || match ops::version(&state.db, &caller.tenant, &current.id).await? {
+                Some(v) => v != current.version,
+                None => true,
+            };
+        if moved {
+            current = load(&state, &caller, &current.id).await?;
         }
     }
     Ok(operation_response(StatusCode::OK, &current))

@@ -99,11 +99,21 @@ impl Deliver {
 }
 
 /// Poll every [`POLL_INTERVAL`], and at once when this process pushed to the queue.
+///
+/// A wake that arrives while a fetch is already in flight is consumed by that fetch's
+/// polling, yet the fetch may have looked at the queue before the push landed: the job
+/// would then wait for the next interval. So each wake also brings the next
+/// [`RECHECKS`] ticks forward to [`RECHECK`] apart, which is sure to start a fetch after
+/// the push (at most two extra fetches per wake, and wakes coalesce under load).
 pub(super) struct WakeOrInterval {
     wake: Arc<Notify>,
     notified: Pin<Box<OwnedNotified>>,
     tick: Pin<Box<tokio::time::Sleep>>,
+    rechecks: u8,
 }
+
+const RECHECK: Duration = Duration::from_millis(5);
+const RECHECKS: u8 = 2;
 
 impl WakeOrInterval {
     pub(super) fn new(wake: Arc<Notify>) -> Self {
@@ -111,6 +121,7 @@ impl WakeOrInterval {
             notified: Box::pin(wake.clone().notified_owned()),
             wake,
             tick: Box::pin(tokio::time::sleep(POLL_INTERVAL)),
+            rechecks: 0,
         }
     }
 }
@@ -121,10 +132,18 @@ impl PollStrategy for WakeOrInterval {
         // Re-arm until pending, so both wakers stay registered with this task.
         while self.notified.as_mut().poll(cx).is_ready() {
             self.notified = Box::pin(self.wake.clone().notified_owned());
+            self.rechecks = RECHECKS;
+            self.tick.as_mut().reset(tokio::time::Instant::now() + RECHECK);
             ready = true;
         }
         while self.tick.as_mut().poll(cx).is_ready() {
-            self.tick.as_mut().reset(tokio::time::Instant::now() + POLL_INTERVAL);
+            let next = if self.rechecks > 0 {
+                self.rechecks -= 1;
+                RECHECK
+            } else {
+                POLL_INTERVAL
+            };
+            self.tick.as_mut().reset(tokio::time::Instant::now() + next);
             ready = true;
         }
         if ready { Poll::Ready(Some(())) } else { Poll::Pending }

@@ -20,6 +20,9 @@ pub struct Lease {
     pub tenant: String,
     pub token: String,
     pub lease_ms: i64,
+    /// Whether the operation may hold a conversation's deletion barrier (only deletes
+    /// take one), which its terminal transition releases.
+    pub holds_barrier: bool,
 }
 
 /// Progress written with each batch, in the batch's own transaction.
@@ -114,12 +117,14 @@ macro_rules! fenced_succeed {
         if updated != 1 {
             Err::<(), _>($crate::store::leases::FenceError::LostLease)?;
         }
-        sqlx::query($crate::store::operations::RELEASE_CONVERSATION_SQL)
-            .bind(lease.tenant.as_str())
-            .bind(lease.operation_id.as_str())
-            .execute(&mut *$tx)
-            .await
-            .map_err($crate::store::leases::FenceError::from)?;
+        if lease.holds_barrier {
+            sqlx::query($crate::store::operations::RELEASE_CONVERSATION_SQL)
+                .bind(lease.tenant.as_str())
+                .bind(lease.operation_id.as_str())
+                .execute(&mut *$tx)
+                .await
+                .map_err($crate::store::leases::FenceError::from)?;
+        }
         Ok::<(), $crate::store::leases::FenceError>(())
     }};
 }
@@ -166,8 +171,14 @@ pub async fn claim(db: &Db, id: &str, lease_ms: i64) -> StoreResult<Option<Claim
             return Ok(None);
         };
         let operation = operation_from_row!(row);
-        let lease = Lease { operation_id: operation.id.clone(), tenant: operation.tenant.clone(), token, lease_ms };
-        super::operations::changes().notify_waiters();
+        let lease = Lease {
+            operation_id: operation.id.clone(),
+            tenant: operation.tenant.clone(),
+            token,
+            lease_ms,
+            holds_barrier: operation.kind == ContextOperationKind::Delete,
+        };
+        super::operations::changed(&operation.id);
         let recovered = operation.error_code.as_deref() == Some(LEASE_EXPIRED);
         Ok(Some(Claimed { recovered, operation, lease }))
     })
@@ -213,8 +224,8 @@ pub enum Finish<'a> {
     Release,
 }
 
-/// Apply `finish`, fenced by the lease. Terminal transitions also release the
-/// conversation barrier an operation may hold.
+/// Apply `finish`, fenced by the lease. Terminal transitions of a delete also release the
+/// conversation barrier it may hold, in the same transaction.
 pub async fn finish(db: &Db, lease: &Lease, finish: Finish<'_>) -> Result<(), FenceError> {
     let now = now_ms();
     let (sql, terminal): (&'static str, bool) = match finish {
@@ -263,7 +274,6 @@ pub async fn finish(db: &Db, lease: &Lease, finish: Finish<'_>) -> Result<(), Fe
         _ => 0,
     };
     with_pool!(db, pool => {
-        let mut tx = pool.begin_write().await?;
         let mut q = sqlx::query(sql).bind(lease.operation_id.as_str()).bind(lease.token.as_str()).bind(third.as_str()).bind(now);
         if message.is_some() {
             q = q.bind(message.as_deref());
@@ -271,18 +281,22 @@ pub async fn finish(db: &Db, lease: &Lease, finish: Finish<'_>) -> Result<(), Fe
         if matches!(finish, Finish::Retry { .. }) {
             q = q.bind(not_before);
         }
-        if q.execute(&mut *tx).await?.rows_affected() != 1 {
-            return Err(FenceError::LostLease);
-        }
-        if terminal {
+        if terminal && lease.holds_barrier {
+            let mut tx = pool.begin_write().await?;
+            if q.execute(&mut *tx).await?.rows_affected() != 1 {
+                return Err(FenceError::LostLease);
+            }
             sqlx::query(RELEASE_CONVERSATION_SQL)
                 .bind(lease.tenant.as_str())
                 .bind(lease.operation_id.as_str())
                 .execute(&mut *tx)
                 .await?;
+            tx.commit().await?;
+        } else if q.execute(pool).await?.rows_affected() != 1 {
+            // One statement, so no explicit transaction: a commit in one round trip.
+            return Err(FenceError::LostLease);
         }
-        tx.commit().await?;
-        super::operations::changes().notify_waiters();
+        super::operations::changed(&lease.operation_id);
         Ok(())
     })
 }

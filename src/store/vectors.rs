@@ -3,13 +3,13 @@
 //! watermark.
 //!
 //! A vector is written only if its entry is still active at the embedded version (a
-//! compare-and-set in the same statement batch), so a slow embedder can never attach an
-//! old text's vector to a newer version. Each write takes `vector_seq` values from the
+//! compare-and-set in the same statement), so a slow embedder can never attach an old
+//! text's vector to a newer version, and never over a newer version's vector. Each write takes `vector_seq` values from the
 //! tenant's heads row, which orders vector writes for the recall index's sync.
 
 use sqlx::AssertSqlSafe;
 
-use super::{StoreResult, placeholders, row_placeholders};
+use super::{StoreResult, placeholders};
 use crate::auth::TenantKey;
 use crate::db::Db;
 use crate::with_pool;
@@ -65,88 +65,139 @@ pub async fn rebuild_page(db: &Db, tenant: &str, force: bool, after_id: &str, li
         .collect())
 }
 
-/// Rows per vector-writing statement (8 parameters a row).
-pub const VECTOR_CHUNK: usize = 500;
-
 pub const BUMP_VECTOR_SEQ_SQL: &str = "INSERT INTO context_entry_heads (tenant, vector_seq, projected_at_ms) VALUES ($1, $2, $3) \
      ON CONFLICT (tenant) DO UPDATE SET vector_seq = context_entry_heads.vector_seq + $2, projected_at_ms = $3 \
      RETURNING vector_seq";
 
-/// Mark `n` (id, version) pairs — parameters `$2, $3, …` — projected where the entry is
-/// still active at that version; returns the ids that matched. Written as an `IN` list
-/// plus a `CASE` rather than a join with `VALUES`: the `IN` list is an index condition on
-/// the primary key whatever the statistics say (a freshly imported, never analysed table
-/// once made PostgreSQL nest-loop a VALUES join over the whole tenant).
-pub fn mark_projected_sql(n: usize) -> String {
-    let ids: Vec<String> = (0..n).map(|i| format!("${}", 2 + 2 * i)).collect();
-    let arms: String = (0..n).map(|i| format!(" WHEN ${} THEN ${}", 2 + 2 * i, 3 + 2 * i)).collect();
+/// Never replace a vector of a newer entry version with an older one (a slow batch
+/// finishing after a faster one that embedded a correction).
+const UPSERT_VECTOR: &str = "ON CONFLICT (tenant, entry_id) DO UPDATE SET version = excluded.version, \
+     model = excluded.model, dim = excluded.dim, vector = excluded.vector, written_seq = excluded.written_seq, \
+     written_at_ms = excluded.written_at_ms WHERE context_entry_vectors.version <= excluded.version";
+
+/// PostgreSQL: the whole batch as arrays in one statement (one plan, four parameters,
+/// binary-encoded vectors). Only entries still active at the embedded version get a
+/// vector; those not yet marked projected are marked in the same statement.
+fn write_batch_pg_sql() -> String {
     format!(
-        "UPDATE context_entries SET projected_version = version WHERE tenant = $1 AND status = 'active' \
-         AND id IN ({}) AND version = CASE id{arms} END RETURNING id",
-        ids.join(", ")
+        "WITH input AS (SELECT * FROM unnest($2::text[], $3::bigint[], $4::bytea[]) WITH ORDINALITY AS u(id, version, vector, n)), \
+         current AS (SELECT i.id, i.version, i.vector, i.n, e.projected_version FROM input i JOIN context_entries e \
+                     ON e.tenant = $1 AND e.id = i.id AND e.version = i.version AND e.status = 'active'), \
+         marked AS (UPDATE context_entries e SET projected_version = c.version FROM current c \
+                    WHERE e.tenant = $1 AND e.id = c.id AND e.version = c.version AND c.projected_version <> c.version) \
+         INSERT INTO context_entry_vectors (tenant, entry_id, version, model, dim, vector, written_seq, written_at_ms) \
+         SELECT $1, id, version, $5, $6, vector, $7 + n, $8 FROM current {UPSERT_VECTOR}"
     )
 }
 
-pub fn upsert_vectors_sql(n: usize) -> String {
+const MARK_ONE_SQLITE: &str = "UPDATE context_entries SET projected_version = version \
+     WHERE tenant = $1 AND id = $2 AND version = $3 AND status = 'active' RETURNING projected_version";
+
+fn upsert_one_sqlite_sql() -> String {
     format!(
         "INSERT INTO context_entry_vectors (tenant, entry_id, version, model, dim, vector, written_seq, written_at_ms) \
-         VALUES {} ON CONFLICT (tenant, entry_id) DO UPDATE SET version = excluded.version, model = excluded.model, \
-         dim = excluded.dim, vector = excluded.vector, written_seq = excluded.written_seq, written_at_ms = excluded.written_at_ms",
-        row_placeholders(1, n, 8)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) {UPSERT_VECTOR}"
     )
 }
 
-/// Inside a write transaction on `$conn` (`&mut *tx`): store the vectors of `$items`
-/// (`&[(&ToEmbed, Vec<f32>)]`, one tenant, at most `VECTOR_CHUNK`) for entries still
-/// active at the embedded version. Evaluates to `Result<u64 /* written */, sqlx::Error>`.
-#[macro_export]
-macro_rules! write_vectors {
-    ($conn:expr, $tenant:expr, $items:expr, $model:expr) => {
-        async {
-            let conn = $conn;
-            let tenant: &str = $tenant;
-            let items: &[(&$crate::store::vectors::ToEmbed, Vec<f32>)] = $items;
-            let model: &str = $model;
-            if items.is_empty() {
-                return Ok::<u64, sqlx::Error>(0);
-            }
-            let now = $crate::store::now_ms();
-            let last: i64 = sqlx::query_scalar($crate::store::vectors::BUMP_VECTOR_SEQ_SQL)
-                .bind(tenant)
-                .bind(items.len() as i64)
-                .bind(now)
-                .fetch_one(&mut *conn)
-                .await?;
-            let first = last - items.len() as i64 + 1;
-            let mut q = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(
-                $crate::store::vectors::mark_projected_sql(items.len()),
-            ))
-            .bind(tenant);
-            for (e, _) in items {
-                q = q.bind(e.id.as_str()).bind(e.version);
-            }
-            let current: std::collections::HashSet<String> = q.fetch_all(&mut *conn).await?.into_iter().collect();
-            let kept: Vec<&(&$crate::store::vectors::ToEmbed, Vec<f32>)> =
-                items.iter().filter(|(e, _)| current.contains(&e.id)).collect();
-            if kept.is_empty() {
-                return Ok(0);
-            }
-            let mut q = sqlx::query(sqlx::AssertSqlSafe($crate::store::vectors::upsert_vectors_sql(kept.len())));
-            for (i, (e, v)) in kept.iter().enumerate() {
-                q = q
-                    .bind(tenant)
-                    .bind(e.id.as_str())
-                    .bind(e.version)
-                    .bind(model)
-                    .bind(v.len() as i64)
-                    .bind(context_jobs::embed::encode_vector(v))
-                    .bind(first + i as i64)
-                    .bind(now);
-            }
-            q.execute(&mut *conn).await?;
-            Ok(kept.len() as u64)
+/// Store a batch of vectors (`(entry, vector)`, one tenant) inside the caller's write
+/// transaction, for entries still active at the embedded version (a compare-and-set:
+/// a slow embedder never attaches an old text's vector to a newer version). Returns how
+/// many were written.
+pub trait WriteVectors {
+    fn write_vectors(
+        &mut self,
+        tenant: &str,
+        items: &[(&ToEmbed, Vec<f32>)],
+        model: &str,
+    ) -> impl std::future::Future<Output = Result<u64, sqlx::Error>> + Send;
+}
+
+/// Take `n` values of the tenant's vector sequence; returns the first.
+macro_rules! take_vector_seq {
+    ($conn:expr, $tenant:expr, $n:expr, $now:expr) => {{
+        let last: i64 = sqlx::query_scalar(BUMP_VECTOR_SEQ_SQL)
+            .bind($tenant)
+            .bind($n as i64)
+            .bind($now)
+            .fetch_one(&mut *$conn)
+            .await?;
+        last - $n as i64 + 1
+    }};
+}
+
+impl WriteVectors for sqlx::PgConnection {
+    async fn write_vectors(
+        &mut self,
+        tenant: &str,
+        items: &[(&ToEmbed, Vec<f32>)],
+        model: &str,
+    ) -> Result<u64, sqlx::Error> {
+        if items.is_empty() {
+            return Ok(0);
         }
-    };
+        let now = super::now_ms();
+        // `n` from WITH ORDINALITY starts at 1.
+        let first = take_vector_seq!(self, tenant, items.len(), now) - 1;
+        let ids: Vec<&str> = items.iter().map(|(e, _)| e.id.as_str()).collect();
+        let versions: Vec<i64> = items.iter().map(|(e, _)| e.version).collect();
+        let vectors: Vec<Vec<u8>> = items.iter().map(|(_, v)| context_jobs::embed::encode_vector(v)).collect();
+        let dim = items[0].1.len() as i64;
+        let done = sqlx::query(AssertSqlSafe(write_batch_pg_sql()))
+            .bind(tenant)
+            .bind(ids)
+            .bind(versions)
+            .bind(vectors)
+            .bind(model)
+            .bind(dim)
+            .bind(first)
+            .bind(now)
+            .execute(&mut *self)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+impl WriteVectors for sqlx::SqliteConnection {
+    // SQLite runs in-process: cached one-row statements beat building large ones.
+    async fn write_vectors(
+        &mut self,
+        tenant: &str,
+        items: &[(&ToEmbed, Vec<f32>)],
+        model: &str,
+    ) -> Result<u64, sqlx::Error> {
+        if items.is_empty() {
+            return Ok(0);
+        }
+        let now = super::now_ms();
+        let first = take_vector_seq!(self, tenant, items.len(), now);
+        let upsert = upsert_one_sqlite_sql();
+        let mut written = 0;
+        for (i, (entry, vector)) in items.iter().enumerate() {
+            let current: Option<i64> = sqlx::query_scalar(MARK_ONE_SQLITE)
+                .bind(tenant)
+                .bind(entry.id.as_str())
+                .bind(entry.version)
+                .fetch_optional(&mut *self)
+                .await?;
+            if current.is_none() {
+                continue;
+            }
+            written += sqlx::query(AssertSqlSafe(upsert.as_str()))
+                .bind(tenant)
+                .bind(entry.id.as_str())
+                .bind(entry.version)
+                .bind(model)
+                .bind(vector.len() as i64)
+                .bind(context_jobs::embed::encode_vector(vector))
+                .bind(first + i as i64)
+                .bind(now)
+                .execute(&mut *self)
+                .await?
+                .rows_affected();
+        }
+        Ok(written)
+    }
 }
 
 /// The tenant's index watermark: `sourceVersion` counts entry writes; `projectedVersion`

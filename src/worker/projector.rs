@@ -12,9 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::db::{BeginWrite as _, Db};
 use crate::embedder::Embedder;
-use crate::store::vectors::{ToEmbed, VECTOR_CHUNK, stale_batch};
+use crate::store::vectors::{ToEmbed, WriteVectors as _, stale_batch};
 use crate::store::{StoreError, StoreResult, now_ms};
-use crate::{with_pool, write_vectors};
+use crate::with_pool;
 use context_jobs::entries::entry_text;
 
 pub const PROJECTOR_NAME: &str = "projector";
@@ -122,10 +122,7 @@ pub async fn write_batch(db: &Db, model: &str, batch: &[ToEmbed], vectors: Vec<V
         let tenant = group[0].0.tenant.as_str();
         written += with_pool!(db, pool => {
             let mut tx = pool.begin_write().await?;
-            let mut n = 0;
-            for chunk in group.chunks(VECTOR_CHUNK) {
-                n += write_vectors!(&mut *tx, tenant, chunk, model).await?;
-            }
+            let n = tx.write_vectors(tenant, group, model).await?;
             tx.commit().await?;
             n
         });

@@ -13,8 +13,8 @@ use super::{JobCtx, JobError};
 use crate::db::BeginWrite as _;
 use crate::embedder::{EmbedError, Embedder};
 use crate::store::leases::Progress;
-use crate::store::vectors::{ToEmbed, VECTOR_CHUNK, rebuild_page, rebuild_total};
-use crate::{fenced_checkpoint, with_pool, write_vectors};
+use crate::store::vectors::{ToEmbed, WriteVectors as _, rebuild_page, rebuild_total};
+use crate::{fenced_checkpoint, with_pool};
 use context_jobs::kinds::rebuild_vector::RebuildVectorJob;
 use context_jobs::operation::error_code;
 
@@ -117,10 +117,7 @@ pub async fn run(ctx: &JobCtx, job: &RebuildVectorJob) -> Result<Value, JobError
         let done = processed + page.len() as i64;
         let (written, cancel) = with_pool!(&ctx.db, pool => {
             let mut tx = pool.begin_write().await?;
-            let mut written = 0u64;
-            for chunk in items.chunks(VECTOR_CHUNK) {
-                written += write_vectors!(&mut *tx, tenant, chunk, model.as_str()).await?;
-            }
+            let written = tx.write_vectors(tenant, &items, model.as_str()).await?;
             let saved = Checkpoint { after: next.after.clone(), written: next.written + written };
             // The count at the start was a snapshot: the end is the truth.
             let total = if last_page { done } else { total.max(done) };

@@ -12,7 +12,6 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{PROVIDER_RETRIES, TOKENS};
-use crate::db::BeginWrite as _;
 use crate::provider::responses_client::{ProviderReply, ResponsesClient, TransportError};
 use crate::store::leases::{self, FenceError, Progress};
 use crate::worker::{JobCtx, JobError};
@@ -153,12 +152,8 @@ pub(super) async fn save(
     let text = serde_json::to_string(checkpoint)
         .map_err(|e| JobError::permanent(context_jobs::operation::error_code::INTERNAL, e.to_string()))?;
     let progress = Progress { phase, processed, total: 1, checkpoint: Some(text) };
-    let cancel = with_pool!(&ctx.db, pool => {
-        let mut tx = pool.begin_write().await?;
-        let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress)?;
-        tx.commit().await?;
-        cancel
-    });
-    crate::store::operations::changes().notify_waiters();
+    // One statement, so no explicit transaction: a commit in one round trip.
+    let cancel = with_pool!(&ctx.db, pool => fenced_checkpoint!(pool, &ctx.lease, &progress)?);
+    crate::store::operations::changed(&ctx.operation.id);
     Ok(cancel)
 }

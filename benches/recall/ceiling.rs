@@ -1,0 +1,101 @@
+//! The storage ceiling for the recall benchmark's rebuild: the same vectors written to a
+//! bare copy of `context_entry_vectors` as fast as each engine takes rows.
+
+use std::time::{Duration, Instant};
+
+use context_ops::db::Db;
+use sqlx::AssertSqlSafe;
+
+const TABLE: &str = "bench_vectors_ceiling";
+
+fn columns(i: usize, vector: &[f32]) -> (String, i64, Vec<u8>) {
+    (format!("entry-{i:07}"), vector.len() as i64, context_jobs::embed::encode_vector(vector))
+}
+
+/// PostgreSQL binary `COPY` rows: (tenant, entry_id, version, model, dim, vector,
+/// written_seq, written_at_ms).
+fn copy_rows(first: usize, vectors: &[Vec<f32>], now: i64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(vectors.len() * (vectors.first().map_or(0, Vec::len) * 4 + 120) + 32);
+    out.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
+    out.extend_from_slice(&0i32.to_be_bytes());
+    out.extend_from_slice(&0i32.to_be_bytes());
+    let field = |out: &mut Vec<u8>, bytes: &[u8]| {
+        out.extend_from_slice(&(bytes.len() as i32).to_be_bytes());
+        out.extend_from_slice(bytes);
+    };
+    for (j, vector) in vectors.iter().enumerate() {
+        let (id, dim, blob) = columns(first + j, vector);
+        out.extend_from_slice(&8i16.to_be_bytes());
+        field(&mut out, super::TENANT.as_bytes());
+        field(&mut out, id.as_bytes());
+        field(&mut out, &1i64.to_be_bytes());
+        field(&mut out, b"bench");
+        field(&mut out, &(dim as i32).to_be_bytes());
+        field(&mut out, &blob);
+        field(&mut out, &((first + j) as i64).to_be_bytes());
+        field(&mut out, &now.to_be_bytes());
+    }
+    out.extend_from_slice(&(-1i16).to_be_bytes());
+    out
+}
+
+/// Load `vectors` in batches of `batch`, one transaction each; the time taken.
+pub async fn load(db: &Db, vectors: &[Vec<f32>], batch: usize) -> anyhow::Result<Duration> {
+    let now = context_ops::store::now_ms();
+    let started;
+    match db {
+        Db::Postgres(pool) => {
+            let create = format!("CREATE TABLE {TABLE} (LIKE context_entry_vectors INCLUDING ALL)");
+            sqlx::query(AssertSqlSafe(create)).execute(pool).await?;
+            started = Instant::now();
+            for (k, chunk) in vectors.chunks(batch).enumerate() {
+                let mut tx = pool.begin().await?;
+                let statement = format!("COPY {TABLE} FROM STDIN (FORMAT binary)");
+                let mut copy = tx.copy_in_raw(&statement).await?;
+                copy.send(copy_rows(k * batch, chunk, now)).await?;
+                copy.finish().await?;
+                tx.commit().await?;
+            }
+        }
+        Db::Sqlite(pool) => {
+            let create = format!(
+                "CREATE TABLE {TABLE} (tenant TEXT NOT NULL, entry_id TEXT NOT NULL, version INTEGER NOT NULL, \
+                 model TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL, written_seq INTEGER NOT NULL, \
+                 written_at_ms INTEGER NOT NULL, PRIMARY KEY (tenant, entry_id))"
+            );
+            sqlx::query(AssertSqlSafe(create)).execute(pool).await?;
+            let index = format!("CREATE INDEX {TABLE}_sync ON {TABLE} (tenant, written_seq)");
+            sqlx::query(AssertSqlSafe(index)).execute(pool).await?;
+            let insert = format!("INSERT INTO {TABLE} VALUES ($1, $2, 1, 'bench', $3, $4, $5, $6)");
+            started = Instant::now();
+            for (k, chunk) in vectors.chunks(batch).enumerate() {
+                let mut tx = pool.begin().await?;
+                for (j, vector) in chunk.iter().enumerate() {
+                    let i = k * batch + j;
+                    let (id, dim, blob) = columns(i, vector);
+                    sqlx::query(AssertSqlSafe(insert.as_str()))
+                        .bind(super::TENANT)
+                        .bind(id)
+                        .bind(dim)
+                        .bind(blob)
+                        .bind(i as i64)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    let drop = format!("DROP TABLE {TABLE}");
+    match db {
+        Db::Postgres(pool) => {
+            sqlx::query(AssertSqlSafe(drop)).execute(pool).await?;
+        }
+        Db::Sqlite(pool) => {
+            sqlx::query(AssertSqlSafe(drop)).execute(pool).await?;
+        }
+    }
+    Ok(elapsed)
+}
