@@ -7,6 +7,8 @@ use context_ops::db::Db;
 use sqlx::AssertSqlSafe;
 
 const TABLE: &str = "bench_vectors_ceiling";
+/// Rows per SQLite statement (the service's own vector writes use the same).
+const SQLITE_ROWS: usize = 500;
 
 fn columns(i: usize, vector: &[f32]) -> (String, i64, Vec<u8>) {
     (format!("entry-{i:07}"), vector.len() as i64, context_jobs::embed::encode_vector(vector))
@@ -66,22 +68,33 @@ pub async fn load(db: &Db, vectors: &[Vec<f32>], batch: usize) -> anyhow::Result
             sqlx::query(AssertSqlSafe(create)).execute(pool).await?;
             let index = format!("CREATE INDEX {TABLE}_sync ON {TABLE} (tenant, written_seq)");
             sqlx::query(AssertSqlSafe(index)).execute(pool).await?;
-            let insert = format!("INSERT INTO {TABLE} VALUES ($1, $2, 1, 'bench', $3, $4, $5, $6)");
             started = Instant::now();
             for (k, chunk) in vectors.chunks(batch).enumerate() {
                 let mut tx = pool.begin().await?;
-                for (j, vector) in chunk.iter().enumerate() {
-                    let i = k * batch + j;
-                    let (id, dim, blob) = columns(i, vector);
-                    sqlx::query(AssertSqlSafe(insert.as_str()))
-                        .bind(super::TENANT)
-                        .bind(id)
-                        .bind(dim)
-                        .bind(blob)
-                        .bind(i as i64)
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await?;
+                // Multi-row statements: the fastest way sqlx loads SQLite (one row per
+                // statement costs a round trip to the connection's thread each).
+                for (c, rows) in chunk.chunks(SQLITE_ROWS).enumerate() {
+                    let values: Vec<String> = (0..rows.len())
+                        .map(|r| {
+                            format!(
+                                "(?{}, ?{}, 1, 'bench', ?{}, ?{}, ?{}, ?{})",
+                                1,
+                                5 * r + 2,
+                                5 * r + 3,
+                                5 * r + 4,
+                                5 * r + 5,
+                                5 * r + 6
+                            )
+                        })
+                        .collect();
+                    let insert = format!("INSERT INTO {TABLE} VALUES {}", values.join(", "));
+                    let mut q = sqlx::query(AssertSqlSafe(insert)).bind(super::TENANT);
+                    for (j, vector) in rows.iter().enumerate() {
+                        let i = k * batch + c * SQLITE_ROWS + j;
+                        let (id, dim, blob) = columns(i, vector);
+                        q = q.bind(id).bind(dim).bind(blob).bind(i as i64).bind(now);
+                    }
+                    q.execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
             }

@@ -21,9 +21,10 @@ use super::submit::{idempotency_key, submit_operation, submitted_response};
 use crate::app::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiJson, ApiResult, AppError};
+use crate::store::maintenance;
 use crate::store::now_ms;
 use crate::store::operations::{self as ops, ListFilter, OperationRow, SubmitEffect};
-use crate::worker::retention::{SWEEP_NAME, maintenance_status};
+use crate::worker::retention::SWEEP_NAME;
 use context_jobs::contract::{
     CONTEXT_ADVANCED_OPERATIONS_PATH, CONTEXT_OPERATIONS_PATH, CONVERSATION_DELETE_PATH, ContextMaintenanceStatus,
     ContextOperationKind, ContextOperationState, DeleteConversationRequest, DeletionOperation,
@@ -359,9 +360,9 @@ fn decode_cursor(s: &str) -> ApiResult<(i64, String)> {
 /// Retention-sweep and projector figures are global (counts only, no tenant data); the
 /// index watermark is the caller's tenant's.
 async fn maintenance(State(state): State<AppState>, caller: Caller) -> ApiResult<ApiJson<ContextMaintenanceStatus>> {
-    let (last, processed) = maintenance_status(&state.db, SWEEP_NAME).await?;
+    let (last, processed) = maintenance::status(&state.db, SWEEP_NAME).await?;
     let (projector_last, projector_processed) =
-        maintenance_status(&state.db, crate::worker::projector::PROJECTOR_NAME).await?;
+        maintenance::status(&state.db, crate::worker::projector::PROJECTOR_NAME).await?;
     let watermark = crate::store::vectors::watermark(&state.db, &caller.tenant).await?;
     Ok(ApiJson(ContextMaintenanceStatus {
         projector_last_run_ms: projector_last,

@@ -7,6 +7,7 @@ pub mod entries;
 pub mod entry_writes;
 pub mod export_pages;
 pub mod leases;
+pub mod maintenance;
 pub mod messages;
 pub mod operations;
 pub mod recall_index;

@@ -90,15 +90,34 @@ fn write_batch_pg_sql() -> String {
     )
 }
 
-const MARK_ONE_SQLITE: &str = "UPDATE context_entries SET projected_version = version \
-     WHERE tenant = $1 AND id = $2 AND version = $3 AND status = 'active' RETURNING projected_version";
+/// SQLite: rows per statement (8 parameters a row, well under SQLite's 32,766).
+const SQLITE_CHUNK: usize = 500;
 
-fn upsert_one_sqlite_sql() -> String {
+/// Mark `n` (id, version) pairs — parameters `$2, $3, …` — projected where the entry is
+/// still active at that version; returns the ids that matched. An `IN` list plus a `CASE`
+/// keeps it a primary-key lookup.
+fn mark_projected_sqlite_sql(n: usize) -> String {
+    let ids: Vec<String> = (0..n).map(|i| format!("${}", 2 + 2 * i)).collect();
+    let arms: String = (0..n).map(|i| format!(" WHEN ${} THEN ${}", 2 + 2 * i, 3 + 2 * i)).collect();
     format!(
-        "INSERT INTO context_entry_vectors (tenant, entry_id, version, model, dim, vector, written_seq, written_at_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) {UPSERT_VECTOR}"
+        "UPDATE context_entries SET projected_version = version WHERE tenant = $1 AND status = 'active' \
+         AND id IN ({}) AND version = CASE id{arms} END RETURNING id",
+        ids.join(", ")
     )
 }
+
+fn upsert_vectors_sqlite_sql(n: usize) -> String {
+    format!(
+        "INSERT INTO context_entry_vectors (tenant, entry_id, version, model, dim, vector, written_seq, written_at_ms) \
+         VALUES {} {UPSERT_VECTOR}",
+        super::row_placeholders(1, n, 8)
+    )
+}
+
+/// PostgreSQL: rows per statement. The statement holds the chunk's vectors in memory;
+/// about 1 MiB at dim 256 stays within the default `work_mem` (a 5,000-row statement
+/// spilled to temporary files).
+const PG_CHUNK: usize = 1000;
 
 /// Store a batch of vectors (`(entry, vector)`, one tenant) inside the caller's write
 /// transaction, for entries still active at the embedded version (a compare-and-set:
@@ -137,29 +156,35 @@ impl WriteVectors for sqlx::PgConnection {
             return Ok(0);
         }
         let now = super::now_ms();
+        let sql = write_batch_pg_sql();
         // `n` from WITH ORDINALITY starts at 1.
-        let first = take_vector_seq!(self, tenant, items.len(), now) - 1;
-        let ids: Vec<&str> = items.iter().map(|(e, _)| e.id.as_str()).collect();
-        let versions: Vec<i64> = items.iter().map(|(e, _)| e.version).collect();
-        let vectors: Vec<Vec<u8>> = items.iter().map(|(_, v)| context_jobs::embed::encode_vector(v)).collect();
-        let dim = items[0].1.len() as i64;
-        let done = sqlx::query(AssertSqlSafe(write_batch_pg_sql()))
-            .bind(tenant)
-            .bind(ids)
-            .bind(versions)
-            .bind(vectors)
-            .bind(model)
-            .bind(dim)
-            .bind(first)
-            .bind(now)
-            .execute(&mut *self)
-            .await?;
-        Ok(done.rows_affected())
+        let mut before = take_vector_seq!(self, tenant, items.len(), now) - 1;
+        let mut written = 0;
+        for chunk in items.chunks(PG_CHUNK) {
+            let ids: Vec<&str> = chunk.iter().map(|(e, _)| e.id.as_str()).collect();
+            let versions: Vec<i64> = chunk.iter().map(|(e, _)| e.version).collect();
+            let vectors: Vec<Vec<u8>> = chunk.iter().map(|(_, v)| context_jobs::embed::encode_vector(v)).collect();
+            let dim = chunk[0].1.len() as i64;
+            written += sqlx::query(AssertSqlSafe(sql.as_str()))
+                .bind(tenant)
+                .bind(ids)
+                .bind(versions)
+                .bind(vectors)
+                .bind(model)
+                .bind(dim)
+                .bind(before)
+                .bind(now)
+                .execute(&mut *self)
+                .await?
+                .rows_affected();
+            before += chunk.len() as i64;
+        }
+        Ok(written)
     }
 }
 
 impl WriteVectors for sqlx::SqliteConnection {
-    // SQLite runs in-process: cached one-row statements beat building large ones.
+    // SQLite has no arrays: multi-row statements, a chunk at a time.
     async fn write_vectors(
         &mut self,
         tenant: &str,
@@ -170,31 +195,33 @@ impl WriteVectors for sqlx::SqliteConnection {
             return Ok(0);
         }
         let now = super::now_ms();
-        let first = take_vector_seq!(self, tenant, items.len(), now);
-        let upsert = upsert_one_sqlite_sql();
+        let mut seq = take_vector_seq!(self, tenant, items.len(), now);
         let mut written = 0;
-        for (i, (entry, vector)) in items.iter().enumerate() {
-            let current: Option<i64> = sqlx::query_scalar(MARK_ONE_SQLITE)
-                .bind(tenant)
-                .bind(entry.id.as_str())
-                .bind(entry.version)
-                .fetch_optional(&mut *self)
-                .await?;
-            if current.is_none() {
+        for chunk in items.chunks(SQLITE_CHUNK) {
+            let mut q =
+                sqlx::query_scalar::<_, String>(AssertSqlSafe(mark_projected_sqlite_sql(chunk.len()))).bind(tenant);
+            for (e, _) in chunk {
+                q = q.bind(e.id.as_str()).bind(e.version);
+            }
+            let current: std::collections::HashSet<String> = q.fetch_all(&mut *self).await?.into_iter().collect();
+            let kept: Vec<_> = chunk.iter().filter(|(e, _)| current.contains(&e.id)).collect();
+            if kept.is_empty() {
                 continue;
             }
-            written += sqlx::query(AssertSqlSafe(upsert.as_str()))
-                .bind(tenant)
-                .bind(entry.id.as_str())
-                .bind(entry.version)
-                .bind(model)
-                .bind(vector.len() as i64)
-                .bind(context_jobs::embed::encode_vector(vector))
-                .bind(first + i as i64)
-                .bind(now)
-                .execute(&mut *self)
-                .await?
-                .rows_affected();
+            let mut q = sqlx::query(AssertSqlSafe(upsert_vectors_sqlite_sql(kept.len())));
+            for (e, v) in &kept {
+                q = q
+                    .bind(tenant)
+                    .bind(e.id.as_str())
+                    .bind(e.version)
+                    .bind(model)
+                    .bind(v.len() as i64)
+                    .bind(context_jobs::embed::encode_vector(v))
+                    .bind(seq)
+                    .bind(now);
+                seq += 1;
+            }
+            written += q.execute(&mut *self).await?.rows_affected();
         }
         Ok(written)
     }

@@ -12,8 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::db::{BeginWrite as _, Db};
 use crate::embedder::Embedder;
+use crate::store::maintenance;
 use crate::store::vectors::{ToEmbed, WriteVectors as _, stale_batch};
-use crate::store::{StoreError, StoreResult, now_ms};
+use crate::store::{StoreError, StoreResult};
 use crate::with_pool;
 use context_jobs::entries::entry_text;
 
@@ -60,41 +61,12 @@ pub fn texts(items: &[ToEmbed]) -> Vec<String> {
 /// One tick if this process wins it: `Some(vectors written)`, or `None` when another
 /// process holds the tick or it is not due.
 pub async fn run_tick(db: &Db, embedder: &Embedder, holder: &str, period_ms: i64) -> StoreResult<Option<u64>> {
-    let now = now_ms();
-    let won = with_pool!(db, pool => {
-        sqlx::query("INSERT INTO maintenance (name) VALUES ($1) ON CONFLICT (name) DO NOTHING")
-            .bind(PROJECTOR_NAME)
-            .execute(pool)
-            .await?;
-        sqlx::query(
-            "UPDATE maintenance SET holder = $2, lease_until_ms = $3 WHERE name = $1 AND lease_until_ms < $4 \
-             AND (last_run_ms IS NULL OR last_run_ms <= $5)",
-        )
-        .bind(PROJECTOR_NAME)
-        .bind(holder)
-        .bind(now + TICK_LEASE_MS)
-        .bind(now)
-        .bind(now - period_ms)
-        .execute(pool)
-        .await?
-        .rows_affected()
-    }) == 1;
-    if !won {
+    if !maintenance::try_begin(db, PROJECTOR_NAME, holder, period_ms, TICK_LEASE_MS).await? {
         return Ok(None);
     }
     let outcome = drain(db, embedder).await;
     let written = *outcome.as_ref().unwrap_or(&0);
-    with_pool!(db, pool => {
-        sqlx::query(
-            "UPDATE maintenance SET last_run_ms = $2, processed = processed + $3, lease_until_ms = 0 WHERE name = $1 AND holder = $4",
-        )
-        .bind(PROJECTOR_NAME)
-        .bind(now_ms())
-        .bind(written as i64)
-        .bind(holder)
-        .execute(pool)
-        .await?;
-    });
+    maintenance::finish(db, PROJECTOR_NAME, holder, written as i64).await?;
     metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "projector").increment(written);
     outcome.map(Some)
 }

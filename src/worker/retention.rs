@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::{JobCtx, JobError};
 use crate::db::{BeginWrite as _, Db};
 use crate::store::leases::Progress;
+use crate::store::maintenance;
 use crate::store::{StoreResult, now_ms};
 use crate::{fenced_checkpoint, with_pool};
 use context_jobs::contract::RetentionPolicy;
@@ -186,26 +187,7 @@ pub async fn sweep_tick(
     policy: &RetentionPolicy,
     batch: i64,
 ) -> StoreResult<Option<i64>> {
-    let now = now_ms();
-    let won = with_pool!(db, pool => {
-        sqlx::query("INSERT INTO maintenance (name) VALUES ($1) ON CONFLICT (name) DO NOTHING")
-            .bind(SWEEP)
-            .execute(pool)
-            .await?;
-        sqlx::query(
-            "UPDATE maintenance SET holder = $2, lease_until_ms = $3 WHERE name = $1 AND lease_until_ms < $4 \
-             AND (last_run_ms IS NULL OR last_run_ms <= $5)",
-        )
-        .bind(SWEEP)
-        .bind(holder)
-        .bind(now + period_ms.max(60_000))
-        .bind(now)
-        .bind(now - period_ms)
-        .execute(pool)
-        .await?
-        .rows_affected()
-    }) == 1;
-    if !won {
+    if !maintenance::try_begin(db, SWEEP, holder, period_ms, period_ms.max(60_000)).await? {
         return Ok(None);
     }
     let mut deleted_total = 0i64;
@@ -244,30 +226,9 @@ pub async fn sweep_tick(
         }
         after = last;
     }
-    with_pool!(db, pool => {
-        sqlx::query(
-            "UPDATE maintenance SET last_run_ms = $2, processed = processed + $3, lease_until_ms = 0 WHERE name = $1 AND holder = $4",
-        )
-        .bind(SWEEP)
-        .bind(now_ms())
-        .bind(deleted_total)
-        .bind(holder)
-        .execute(pool)
-        .await?;
-    });
+    maintenance::finish(db, SWEEP, holder, deleted_total).await?;
     metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "retention_sweep").increment(deleted_total as u64);
     Ok(Some(deleted_total))
-}
-
-/// `(last_run_ms, processed)` of a maintenance loop.
-pub async fn maintenance_status(db: &Db, name: &str) -> StoreResult<(Option<i64>, i64)> {
-    let row: Option<(Option<i64>, i64)> = with_pool!(db, pool => {
-        sqlx::query_as("SELECT last_run_ms, processed FROM maintenance WHERE name = $1")
-            .bind(name)
-            .fetch_optional(pool)
-            .await?
-    });
-    Ok(row.unwrap_or((None, 0)))
 }
 
 pub const SWEEP_NAME: &str = SWEEP;
