@@ -16,7 +16,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, Client, Script};
 use tokio::sync::Notify;
 
-use super::worker::{Deliver, Envelope, LenientCodec, WakeOrInterval};
+use super::worker::{Deliver, Envelope, LenientCodec, REDIS_RECHECKS, WakeOrInterval};
 use super::{HEARTBEAT_INTERVAL, MISSED_HEARTBEATS, QueueDepth};
 use crate::db::redact_url;
 
@@ -219,7 +219,7 @@ impl RedisQueue {
         let backend = RedisStorage::<Envelope>::new(self.conn.clone())
             .with_config(apalis_config(queue))
             .with_codec(LenientCodec)
-            .poll_with_strategy(WakeOrInterval::new(wake));
+            .poll_with_strategy(WakeOrInterval::new(wake, REDIS_RECHECKS));
         let ctx = WorkerContext::new(name);
         let worker = WorkerBuilder::new(ctx.clone())
             .backend(backend)

@@ -106,7 +106,7 @@ impl SqliteQueue {
         let backend = SqliteStorage::<Envelope>::new(&self.pool)
             .with_config(apalis_config(queue))
             .with_codec(LenientCodec)
-            .poll_with_strategy(WakeOrInterval::new(wake));
+            .poll_with_strategy(WakeOrInterval::new(wake, 0));
         let ctx = WorkerContext::new(name);
         let worker = WorkerBuilder::new(ctx.clone())
             .backend(backend)

@@ -102,25 +102,30 @@ impl Deliver {
 ///
 /// A wake that arrives while a fetch is already in flight is consumed by that fetch's
 /// polling, yet the fetch may have looked at the queue before the push landed: the job
-/// would then wait for the next interval. So each wake also brings the next
-/// [`RECHECKS`] ticks forward to [`RECHECK`] apart, which is sure to start a fetch after
-/// the push (at most two extra fetches per wake, and wakes coalesce under load).
+/// would then wait for the next interval. So on Redis each wake also brings the next
+/// [`REDIS_RECHECKS`] ticks forward to [`RECHECK`] apart, which is sure to start a fetch
+/// after the push (at most two extra fetches per wake; wakes coalesce under load). On
+/// SQLite a fetch is a write transaction on the database the jobs themselves write, so
+/// there a wake is not followed by re-checks.
 pub(super) struct WakeOrInterval {
     wake: Arc<Notify>,
     notified: Pin<Box<OwnedNotified>>,
     tick: Pin<Box<tokio::time::Sleep>>,
+    /// Re-checks after each wake, and how many of them are still due.
+    per_wake: u8,
     rechecks: u8,
 }
 
 const RECHECK: Duration = Duration::from_millis(5);
-const RECHECKS: u8 = 2;
+pub(super) const REDIS_RECHECKS: u8 = 2;
 
 impl WakeOrInterval {
-    pub(super) fn new(wake: Arc<Notify>) -> Self {
+    pub(super) fn new(wake: Arc<Notify>, per_wake: u8) -> Self {
         Self {
             notified: Box::pin(wake.clone().notified_owned()),
             wake,
             tick: Box::pin(tokio::time::sleep(POLL_INTERVAL)),
+            per_wake,
             rechecks: 0,
         }
     }
@@ -132,8 +137,10 @@ impl PollStrategy for WakeOrInterval {
         // Re-arm until pending, so both wakers stay registered with this task.
         while self.notified.as_mut().poll(cx).is_ready() {
             self.notified = Box::pin(self.wake.clone().notified_owned());
-            self.rechecks = RECHECKS;
-            self.tick.as_mut().reset(tokio::time::Instant::now() + RECHECK);
+            self.rechecks = self.per_wake;
+            if self.per_wake > 0 {
+                self.tick.as_mut().reset(tokio::time::Instant::now() + RECHECK);
+            }
             ready = true;
         }
         while self.tick.as_mut().poll(cx).is_ready() {
