@@ -9,8 +9,12 @@
 #[path = "support/child.rs"]
 mod child;
 mod common;
+#[path = "support/op_client.rs"]
+mod op_client;
 #[path = "support/prometheus.rs"]
 mod prometheus;
+#[path = "support/seed_db.rs"]
+mod seed_db;
 
 use std::time::{Duration, Instant};
 
@@ -19,14 +23,13 @@ use common::{Backend, fresh_database, redis_url, unique};
 use context_ops::db::Db;
 use context_ops::store::now_ms;
 use context_ops::with_pool;
-use serde_json::{Value, json};
+use op_client::{OPERATIONS_PATH, get_operation, is_terminal, state, submit_delete, wait_until};
+use serde_json::json;
 
 /// Long, so that an operation left leased at shutdown would take 15 s to come back: the
 /// restart assertion below tells a release from a lease expiry.
 const LEASE_SECS: u64 = 15;
 const TENANT: &str = "default/default";
-const DELETE_PATH: &str = "/internal/v1/context/conversations/delete";
-const OPERATIONS_PATH: &str = "/internal/v1/context/operations";
 const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
 
 // ---------------------------------------------------------------------------------------
@@ -57,69 +60,16 @@ impl Fixture {
         Fixture { env, db, client: reqwest::Client::new(), _dir: dir }
     }
 
-    /// A conversation with `n` messages (sequences 1..=n), as the append path leaves it.
     async fn seed(&self, conversation: &str, n: i64) {
-        let now = now_ms();
-        let scope = json!({"conversationId": conversation}).to_string();
-        with_pool!(&self.db, pool => {
-            sqlx::query(
-                "INSERT INTO conversations (tenant, conversation_id, next_sequence, message_count, created_at_ms, updated_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $5)",
-            )
-            .bind(TENANT)
-            .bind(conversation)
-            .bind(n + 1)
-            .bind(n)
-            .bind(now)
-            .execute(pool)
-            .await
-            .unwrap();
-        });
-        let rows = match &self.db {
-            Db::Postgres(_) => "SELECT g FROM generate_series(1, $3::BIGINT) AS g",
-            Db::Sqlite(_) => {
-                "WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < $3) SELECT g FROM s"
-            }
-        };
-        let sql = format!(
-            "INSERT INTO messages (tenant, conversation_id, id, sequence, role, scope, content, search_text, created_at_ms) \
-             SELECT $1, $2, 'm' || g, g, 'user', $4, '\"message ' || g || '\"', 'message ' || g, $5 FROM ({rows}) AS r"
-        );
-        with_pool!(&self.db, pool => {
-            sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(TENANT)
-                .bind(conversation)
-                .bind(n)
-                .bind(scope.as_str())
-                .bind(now)
-                .execute(pool)
-                .await
-                .unwrap();
-        });
+        seed_db::seed_conversation(&self.db, TENANT, conversation, n).await;
     }
 
     async fn messages(&self, conversation: &str) -> i64 {
-        with_pool!(&self.db, pool => {
-            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM messages WHERE tenant = $1 AND conversation_id = $2")
-                .bind(TENANT)
-                .bind(conversation)
-                .fetch_one(pool)
-                .await
-                .unwrap()
-        })
+        seed_db::message_count(&self.db, TENANT, conversation).await
     }
 
     async fn conversation_count(&self, conversation: &str) -> Option<i64> {
-        with_pool!(&self.db, pool => {
-            sqlx::query_scalar::<_, i64>(
-                "SELECT message_count FROM conversations WHERE tenant = $1 AND conversation_id = $2",
-            )
-            .bind(TENANT)
-            .bind(conversation)
-            .fetch_optional(pool)
-            .await
-            .unwrap()
-        })
+        seed_db::conversation_count(&self.db, TENANT, conversation).await
     }
 
     async fn operation(&self, id: &str) -> OpRow {
@@ -157,59 +107,6 @@ struct OpRow {
 // ---------------------------------------------------------------------------------------
 // HTTP
 // ---------------------------------------------------------------------------------------
-
-async fn submit_delete(client: &reqwest::Client, base: &str, conversation: &str) -> String {
-    let response = client
-        .post(format!("{base}{DELETE_PATH}"))
-        .json(&json!({"scope": {"conversationId": conversation}}))
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(status, 202, "delete submission failed: {body}");
-    body["id"].as_str().expect("operation id").to_string()
-}
-
-async fn get_operation(client: &reqwest::Client, base: &str, id: &str) -> Value {
-    let response = client.get(format!("{base}{OPERATIONS_PATH}/{id}")).send().await.unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    response.json().await.unwrap()
-}
-
-/// Long-poll until `done(op)` holds, or panic with the last state seen after `within`.
-async fn wait_until(
-    client: &reqwest::Client,
-    base: &str,
-    id: &str,
-    within: Duration,
-    what: &str,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + within;
-    let mut op = get_operation(client, base, id).await;
-    while !done(&op) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(!left.is_zero(), "operation {id} not {what} within {within:?}; last seen {op}");
-        let url = format!(
-            "{base}{OPERATIONS_PATH}/{id}/wait?sinceVersion={}&timeoutMs={}",
-            op["version"],
-            left.as_millis().clamp(1, 10_000)
-        );
-        let response = client.get(url).timeout(Duration::from_secs(40)).send().await.unwrap();
-        assert_eq!(response.status().as_u16(), 200);
-        op = response.json().await.unwrap();
-    }
-    op
-}
-
-fn state(op: &Value) -> &str {
-    op["state"].as_str().unwrap_or("")
-}
-
-fn is_terminal(op: &Value) -> bool {
-    matches!(state(op), "succeeded" | "failed" | "cancelled")
-}
 
 // ---------------------------------------------------------------------------------------
 // 1. SIGTERM mid-delete: released at a batch boundary, resumed by the next process

@@ -10,34 +10,33 @@
 #[path = "support/child.rs"]
 mod child;
 mod common;
+#[path = "support/op_client.rs"]
+mod op_client;
+#[path = "support/seed_db.rs"]
+mod seed_db;
 
 use std::time::{Duration, Instant};
 
 use child::{ServiceEnv, start_redis};
 use common::{Backend, fresh_database, redis_url, unique};
-use serde_json::{Value, json};
-use sqlx::{PgPool, SqlitePool};
+use context_ops::db::Db;
+use context_ops::store::now_ms;
+use context_ops::with_pool;
+use op_client::{get_operation, is_terminal, mid_run, processed, state, submit_delete, try_wait_until, wait_until};
+use serde_json::json;
 
 const LEASE_SECS: u64 = 3;
 const TENANT: &str = "default/default";
-const DELETE_PATH: &str = "/internal/v1/context/conversations/delete";
-const OPERATIONS_PATH: &str = "/internal/v1/context/operations";
 
 // ---------------------------------------------------------------------------------------
 // Direct database access (seeding and checks)
 // ---------------------------------------------------------------------------------------
 
-enum TestDb {
-    Pg(PgPool),
-    Lite(SqlitePool),
-}
+struct TestDb(Db);
 
 macro_rules! on_pool {
     ($db:expr, $pool:ident => $body:expr) => {
-        match $db {
-            TestDb::Pg($pool) => $body,
-            TestDb::Lite($pool) => $body,
-        }
+        with_pool!(&$db.0, $pool => $body)
     };
 }
 
@@ -52,93 +51,21 @@ struct OpRow {
     pushed_at_ms: Option<i64>,
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 impl TestDb {
     async fn connect(url: &str) -> TestDb {
-        if url.starts_with("sqlite:") {
-            use std::str::FromStr as _;
-            let options =
-                sqlx::sqlite::SqliteConnectOptions::from_str(url).unwrap().busy_timeout(Duration::from_secs(30));
-            TestDb::Lite(sqlx::sqlite::SqlitePoolOptions::new().max_connections(2).connect_with(options).await.unwrap())
-        } else {
-            TestDb::Pg(sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(url).await.unwrap())
-        }
+        TestDb(Db::connect(url, 2).await.unwrap())
     }
 
-    /// A conversation with `n` messages (sequences 1..=n), as the append path would leave it.
     async fn seed(&self, conversation: &str, n: i64) {
-        let now = now_ms();
-        let scope = json!({"conversationId": conversation}).to_string();
-        on_pool!(self, pool => {
-            sqlx::query(
-                "INSERT INTO conversations (tenant, conversation_id, next_sequence, message_count, created_at_ms, updated_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $5)",
-            )
-            .bind(TENANT)
-            .bind(conversation)
-            .bind(n + 1)
-            .bind(n)
-            .bind(now)
-            .execute(pool)
-            .await
-            .unwrap();
-        });
-        let columns = "INSERT INTO messages (tenant, conversation_id, id, sequence, role, scope, content, search_text, created_at_ms)";
-        let select = "SELECT $1, $2, 'm' || g, g, 'user', $4, '\"message ' || g || '\"', 'message ' || g, $5";
-        match self {
-            TestDb::Pg(pool) => {
-                let sql = format!("{columns} {select} FROM generate_series(1, $3::BIGINT) AS g");
-                sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .bind(TENANT)
-                    .bind(conversation)
-                    .bind(n)
-                    .bind(scope.as_str())
-                    .bind(now)
-                    .execute(pool)
-                    .await
-                    .unwrap();
-            }
-            TestDb::Lite(pool) => {
-                let sql = format!(
-                    "WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < $3) {columns} {select} FROM s"
-                );
-                sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .bind(TENANT)
-                    .bind(conversation)
-                    .bind(n)
-                    .bind(scope.as_str())
-                    .bind(now)
-                    .execute(pool)
-                    .await
-                    .unwrap();
-            }
-        }
+        seed_db::seed_conversation(&self.0, TENANT, conversation, n).await;
     }
 
     async fn messages(&self, conversation: &str) -> i64 {
-        on_pool!(self, pool => {
-            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM messages WHERE tenant = $1 AND conversation_id = $2")
-                .bind(TENANT)
-                .bind(conversation)
-                .fetch_one(pool)
-                .await
-                .unwrap()
-        })
+        seed_db::message_count(&self.0, TENANT, conversation).await
     }
 
-    /// `message_count` of the conversation row, `None` when the row is gone.
     async fn conversation_count(&self, conversation: &str) -> Option<i64> {
-        on_pool!(self, pool => {
-            sqlx::query_scalar::<_, i64>("SELECT message_count FROM conversations WHERE tenant = $1 AND conversation_id = $2")
-                .bind(TENANT)
-                .bind(conversation)
-                .fetch_optional(pool)
-                .await
-                .unwrap()
-        })
+        seed_db::conversation_count(&self.0, TENANT, conversation).await
     }
 
     async fn operation(&self, id: &str) -> OpRow {
@@ -166,7 +93,7 @@ impl TestDb {
 
     /// PostgreSQL sessions of this database that are not idle, for a diagnosis.
     async fn pg_activity(&self) -> String {
-        let TestDb::Pg(pool) = self else {
+        let Db::Postgres(pool) = &self.0 else {
             return String::new();
         };
         let rows: Vec<String> = sqlx::query_scalar(
@@ -184,82 +111,6 @@ impl TestDb {
 // ---------------------------------------------------------------------------------------
 // HTTP
 // ---------------------------------------------------------------------------------------
-
-async fn submit_delete(client: &reqwest::Client, base: &str, conversation: &str) -> String {
-    let response = client
-        .post(format!("{base}{DELETE_PATH}"))
-        .json(&json!({"scope": {"conversationId": conversation}}))
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(status, 202, "delete submission failed: {body}");
-    body["id"].as_str().expect("operation id").to_string()
-}
-
-async fn get_operation(client: &reqwest::Client, base: &str, id: &str) -> Value {
-    let response = client.get(format!("{base}{OPERATIONS_PATH}/{id}")).send().await.unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    response.json().await.unwrap()
-}
-
-/// Long-poll until `done(op)` holds; `Err(last seen)` at the deadline.
-async fn try_wait_until(
-    client: &reqwest::Client,
-    base: &str,
-    id: &str,
-    within: Duration,
-    done: impl Fn(&Value) -> bool,
-) -> Result<Value, Value> {
-    let deadline = Instant::now() + within;
-    let mut op = get_operation(client, base, id).await;
-    loop {
-        if done(&op) {
-            return Ok(op);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(op);
-        }
-        let timeout_ms = left.as_millis().clamp(1, 10_000);
-        let url = format!("{base}{OPERATIONS_PATH}/{id}/wait?sinceVersion={}&timeoutMs={timeout_ms}", op["version"]);
-        let response = client.get(url).timeout(Duration::from_secs(40)).send().await.unwrap();
-        assert_eq!(response.status().as_u16(), 200);
-        op = response.json().await.unwrap();
-    }
-}
-
-async fn wait_until(
-    client: &reqwest::Client,
-    base: &str,
-    id: &str,
-    within: Duration,
-    what: &str,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
-    match try_wait_until(client, base, id, within, done).await {
-        Ok(op) => op,
-        Err(last) => panic!("operation {id} not {what} within {within:?}; last seen {last}"),
-    }
-}
-
-fn state(op: &Value) -> &str {
-    op["state"].as_str().unwrap_or("")
-}
-
-fn processed(op: &Value) -> i64 {
-    op["processed"].as_i64().unwrap_or(-1)
-}
-
-fn is_terminal(op: &Value) -> bool {
-    matches!(state(op), "succeeded" | "failed" | "cancelled")
-}
-
-/// Running and part-way: at least one batch committed.
-fn mid_run(op: &Value) -> bool {
-    is_terminal(op) || (state(op) == "running" && processed(op) > 0)
-}
 
 // ---------------------------------------------------------------------------------------
 // Fixture
