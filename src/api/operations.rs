@@ -247,7 +247,7 @@ async fn wait(
     let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
     // Watching before the first read: a change committed after the read wakes us (in this
     // process; other processes' changes are seen by the periodic re-read).
-    let watch = ops::Watch::new(parse_operation_id(&id)?);
+    let watch = crate::store::changes::Watch::new(parse_operation_id(&id)?);
     let mut changed = watch.armed();
     let mut current = load(&state, &caller, &id).await?;
     let since = query.since_version.unwrap_or(current.version);

@@ -3,6 +3,7 @@
 
 pub mod append;
 pub mod artifacts;
+pub mod changes;
 pub mod entries;
 pub mod entry_writes;
 pub mod export_pages;

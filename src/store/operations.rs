@@ -230,58 +230,6 @@ pub async fn get(db: &Db, tenant: &TenantKey, id: &str) -> StoreResult<Option<Op
     })
 }
 
-/// Wakes this process's long polls on one operation after it commits a change to that
-/// operation's row (claim, finish, cancel, inference checkpoints). Only the waiters of that
-/// operation wake, so many open polls do not all re-read on every change. Changes made by
-/// other processes are still seen by the waiters' periodic re-read; this only removes the
-/// poll interval from the common single-process path.
-pub fn changed(id: &str) {
-    let watchers = watchers().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(notify) = watchers.get(id) {
-        notify.notify_waiters();
-    }
-}
-
-type Watchers = std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Notify>>>;
-
-fn watchers() -> &'static Watchers {
-    static WATCHERS: std::sync::OnceLock<Watchers> = std::sync::OnceLock::new();
-    WATCHERS.get_or_init(Default::default)
-}
-
-/// A registration for [`changed`] notifications of one operation; deregisters when the
-/// last watch of that operation is dropped.
-pub struct Watch {
-    id: String,
-    notify: std::sync::Arc<tokio::sync::Notify>,
-}
-
-impl Watch {
-    pub fn new(id: &str) -> Self {
-        let mut watchers = watchers().lock().unwrap_or_else(|p| p.into_inner());
-        let notify = watchers.entry(id.to_string()).or_default().clone();
-        Self { id: id.to_string(), notify }
-    }
-
-    /// A notification future, already enabled: a change committed after this call wakes it
-    /// even if it is first polled later.
-    pub fn armed(&self) -> std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>> {
-        let mut notified = Box::pin(self.notify.notified());
-        notified.as_mut().enable();
-        notified
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let mut watchers = watchers().lock().unwrap_or_else(|p| p.into_inner());
-        // The map's reference and ours: nobody else watches this operation.
-        if std::sync::Arc::strong_count(&self.notify) <= 2 {
-            watchers.remove(&self.id);
-        }
-    }
-}
-
 /// The version of an operation, for long-poll waits (cheap, indexed by primary key).
 pub async fn version(db: &Db, tenant: &TenantKey, id: &str) -> StoreResult<Option<i64>> {
     with_pool!(db, pool => {
@@ -376,7 +324,7 @@ pub async fn cancel(db: &Db, tenant: &TenantKey, id: &str) -> StoreResult<(Optio
         tx.commit().await?;
         Ok::<_, StoreError>(cancelled == 1)
     })?;
-    changed(id);
+    super::changes::changed(id);
     Ok((get(db, tenant, id).await?, cancelled))
 }
 
