@@ -85,6 +85,12 @@ pub struct Config {
     #[arg(long, env = "CONTEXT_OPS_LEASE_SECS", default_value_t = 15, global = true)]
     pub lease_secs: u64,
 
+    /// How often an open long-poll re-reads its operation's version, milliseconds: the
+    /// fallback for changes no notification announced (SQLite with separate processes, a
+    /// PostgreSQL listener reconnecting).
+    #[arg(long, env = "CONTEXT_OPS_WAIT_RECHECK_MS", default_value_t = 100, global = true)]
+    pub wait_recheck_ms: u64,
+
     /// How often the dispatcher looks for queued-but-unpushed and lease-expired operations.
     #[arg(long, env = "CONTEXT_OPS_DISPATCH_INTERVAL_MS", default_value_t = 2000, global = true)]
     pub dispatch_interval_ms: u64,
@@ -194,6 +200,7 @@ impl Config {
         anyhow::ensure!(self.lease_secs >= 2, "CONTEXT_OPS_LEASE_SECS must be at least 2");
         anyhow::ensure!(self.max_attempts >= 1, "CONTEXT_OPS_MAX_ATTEMPTS must be at least 1");
         anyhow::ensure!(self.batch_size >= 1, "CONTEXT_OPS_BATCH_SIZE must be at least 1");
+        anyhow::ensure!(self.wait_recheck_ms >= 1, "CONTEXT_OPS_WAIT_RECHECK_MS must be at least 1");
         anyhow::ensure!(self.worker_concurrency >= 1, "CONTEXT_OPS_WORKER_CONCURRENCY must be at least 1");
         anyhow::ensure!(self.db_max_connections >= 2, "CONTEXT_OPS_DB_MAX_CONNECTIONS must be at least 2");
         if let Some(secret) = &self.jwt_secret {

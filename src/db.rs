@@ -161,6 +161,7 @@ const POSTGRES_MIGRATIONS: MigrationSet = &[
     (3, "entries", include_str!("../migrations/postgres/0003_entries.sql")),
     (4, "artifacts", include_str!("../migrations/postgres/0004_artifacts.sql")),
     (5, "deleting_index", include_str!("../migrations/postgres/0005_deleting_index.sql")),
+    (6, "operation_notify", include_str!("../migrations/postgres/0006_operation_notify.sql")),
 ];
 
 const SQLITE_MIGRATIONS: MigrationSet = &[
@@ -169,6 +170,7 @@ const SQLITE_MIGRATIONS: MigrationSet = &[
     (3, "entries", include_str!("../migrations/sqlite/0003_entries.sql")),
     (4, "artifacts", include_str!("../migrations/sqlite/0004_artifacts.sql")),
     (5, "deleting_index", include_str!("../migrations/sqlite/0005_deleting_index.sql")),
+    (6, "operation_notify", include_str!("../migrations/sqlite/0006_operation_notify.sql")),
 ];
 
 #[cfg(test)]

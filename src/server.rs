@@ -109,6 +109,10 @@ pub async fn start(config: Config, command: Command) -> anyhow::Result<Running> 
         addr = listener.local_addr()?;
         tracing::info!(%addr, "API listening");
         tasks.push(serve(listener, router(state.clone()), shutdown.clone()));
+        // Long-polls here wake on changes committed by other processes too.
+        if let crate::db::Db::Postgres(pool) = &state.db {
+            tasks.push(crate::store::changes::spawn_listener(pool.clone(), shutdown.clone()));
+        }
     }
     if let Some(listener) = metrics_listener {
         let bound = listener.local_addr()?;

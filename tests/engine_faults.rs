@@ -307,3 +307,49 @@ async fn sigterm_answers_open_long_polls() {
     assert!(response.starts_with("HTTP/1.1 200"), "long-poll answer: {response}");
     assert!(response.contains("\"state\":\"queued\""), "{response}");
 }
+
+// ---------------------------------------------------------------------------------------
+// 4. Long-polls wake on changes another process commits (PostgreSQL LISTEN/NOTIFY)
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_polls_wake_on_changes_committed_by_another_process() {
+    let fx = Fixture::new(Backend::Postgres).await;
+    fx.seed("c", 1).await;
+    // Two API-only processes (nothing runs the operation), whose periodic re-read is slowed
+    // to 20 s: within the few seconds allowed below, only a notification can answer.
+    let slow = [("CONTEXT_OPS_WAIT_RECHECK_MS", "20000")];
+    let mut a = fx.env.spawn_with("api-a", "api", &slow);
+    let mut b = fx.env.spawn_with("api-b", "api", &slow);
+    a.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
+    b.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
+    let id = submit_delete(&fx.client, &a.base, "c").await;
+    let op = get_operation(&fx.client, &a.base, &id).await;
+    assert_eq!(state(&op), "queued", "{op}");
+
+    let url = format!("{}{OPERATIONS_PATH}/{id}/wait?sinceVersion={}&timeoutMs=15000", a.base, op["version"]);
+    let started = Instant::now();
+    let wait = tokio::spawn(fx.client.get(url).timeout(Duration::from_secs(30)).send());
+    // The wait parks on `a` for this long before anything changes (the scenario, not a
+    // synchronisation): it cannot answer earlier, the operation being unchanged until then.
+    let parked = Duration::from_millis(500);
+    tokio::time::sleep(parked).await;
+    let cancel = fx.client.post(format!("{}{OPERATIONS_PATH}/{id}/cancel", b.base)).send().await.unwrap();
+    assert_eq!(cancel.status().as_u16(), 200);
+    let cancelled_at = started.elapsed();
+
+    let response = wait.await.unwrap().unwrap();
+    let answered_at = started.elapsed();
+    assert_eq!(response.status().as_u16(), 200);
+    let seen: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(state(&seen), "cancelled", "the wait on `a` answered with the change made on `b`: {seen}");
+    assert!(answered_at >= parked, "answered before the change ({answered_at:?}): {seen}");
+    assert!(
+        answered_at < cancelled_at + Duration::from_secs(3),
+        "the change on `b` reached the wait on `a` only after {:?} (re-read every 20 s); log:\n{}",
+        answered_at - cancelled_at,
+        a.proc.log_tail(30)
+    );
+    a.proc.assert_alive();
+    b.proc.assert_alive();
+}

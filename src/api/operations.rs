@@ -245,8 +245,8 @@ async fn wait(
     query: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
     let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
-    // Watching before the first read: a change committed after the read wakes us (in this
-    // process; other processes' changes are seen by the periodic re-read).
+    // Watching before the first read: a change committed after the read wakes us (from this
+    // process, or on PostgreSQL from any; anything else is seen by the periodic re-read).
     let watch = crate::store::changes::Watch::new(parse_operation_id(&id)?);
     let mut changed = watch.armed();
     let mut current = load(&state, &caller, &id).await?;
@@ -260,7 +260,7 @@ async fn wait(
         }
         let notified = tokio::select! {
             () = &mut changed => true,
-            () = tokio::time::sleep(Duration::from_millis(100).min(deadline - now)) => false,
+            () = tokio::time::sleep(Duration::from_millis(state.config.wait_recheck_ms).min(deadline - now)) => false,
             // Shutting down: answer now (the client polls again) rather than hold the
             // HTTP server's graceful drain for up to the whole wait.
             () = state.shutdown.cancelled() => break,

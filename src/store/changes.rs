@@ -1,19 +1,38 @@
-//! In-process change notifications for operation rows: long-polls watch one operation
-//! and wake when this process commits a change to it. Changes committed by other
-//! processes are not seen here; the waiters' periodic re-read covers them.
+//! Change notifications for operation rows: long-polls watch one operation and wake when
+//! a change to it commits — in this process ([`changed`], called after the commit) or, on
+//! PostgreSQL, in any process ([`spawn_listener`]: a trigger notifies channel
+//! [`CHANNEL`] with the operation id). The waiters' periodic re-read covers anything
+//! missed (a listener reconnecting).
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use std::time::Duration;
+
+use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
-/// Wakes this process's long polls on one operation after it commits a change to that
-/// operation's row (claim, finish, cancel, inference checkpoints). Only the waiters of that
-/// operation wake, so many open polls do not all re-read on every change. Changes made by
-/// other processes are still seen by the waiters' periodic re-read; this only removes the
-/// poll interval from the common single-process path.
+use crate::db::Db;
+
+/// The PostgreSQL channel the `operations_changed` trigger notifies (migration 6).
+pub const CHANNEL: &str = "context_ops_operations";
+
+/// Announce that this process committed a change to operation `id`. On SQLite, wake this
+/// process's watchers of it at once; on PostgreSQL the trigger's notification does that,
+/// for every process — waking here too would only read the row twice.
+pub fn committed(db: &Db, id: &str) {
+    if matches!(db, Db::Sqlite(_)) {
+        changed(id);
+    }
+}
+
+/// Wake this process's long-polls on operation `id`: only the waiters of that operation,
+/// so many open polls do not all re-read on every change.
 pub fn changed(id: &str) {
     let watchers = watchers().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(notify) = watchers.get(id) {
@@ -58,6 +77,34 @@ impl Drop for Watch {
         if Arc::strong_count(&self.notify) <= 2 {
             watchers.remove(&self.id);
         }
+    }
+}
+
+/// PostgreSQL: relay notifications of operation changes committed by any process to this
+/// process's watchers, until `shutdown`. Reconnects (after a pause) when the connection
+/// drops; what changes meanwhile is found by the waiters' re-read.
+pub fn spawn_listener(pool: PgPool, shutdown: CancellationToken) -> JoinHandle<anyhow::Result<()>> {
+    tokio::spawn(async move {
+        loop {
+            let failed = tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                Err(e) = relay(&pool) => e,
+            };
+            tracing::warn!(error = %failed, "operation change listener failed; long-polls fall back to re-reading until it is back");
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    })
+}
+
+/// Relay notifications to the watchers until the connection fails.
+async fn relay(pool: &PgPool) -> Result<Infallible, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    loop {
+        changed(listener.recv().await?.payload());
     }
 }
 

@@ -178,7 +178,7 @@ pub async fn claim(db: &Db, id: &str, lease_ms: i64) -> StoreResult<Option<Claim
             lease_ms,
             holds_barrier: operation.kind == ContextOperationKind::Delete,
         };
-        super::changes::changed(&operation.id);
+        super::changes::committed(db, &operation.id);
         let recovered = operation.error_code.as_deref() == Some(LEASE_EXPIRED);
         Ok(Some(Claimed { recovered, operation, lease }))
     })
@@ -296,7 +296,7 @@ pub async fn finish(db: &Db, lease: &Lease, finish: Finish<'_>) -> Result<(), Fe
             // One statement, so no explicit transaction: a commit in one round trip.
             return Err(FenceError::LostLease);
         }
-        super::changes::changed(&lease.operation_id);
+        super::changes::committed(db, &lease.operation_id);
         Ok(())
     })
 }

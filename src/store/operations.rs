@@ -324,7 +324,7 @@ pub async fn cancel(db: &Db, tenant: &TenantKey, id: &str) -> StoreResult<(Optio
         tx.commit().await?;
         Ok::<_, StoreError>(cancelled == 1)
     })?;
-    super::changes::changed(id);
+    super::changes::committed(db, id);
     Ok((get(db, tenant, id).await?, cancelled))
 }
 

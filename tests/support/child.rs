@@ -157,8 +157,15 @@ impl ServiceEnv {
 
     /// Start `subcommand` (`serve`, `api`, `worker`) on a fresh port.
     pub fn spawn(&self, name: &str, subcommand: &str) -> Service {
+        self.spawn_with(name, subcommand, &[])
+    }
+
+    /// [`Self::spawn`] with extra environment variables.
+    pub fn spawn_with(&self, name: &str, subcommand: &str, env: &[(&str, &str)]) -> Service {
         let port = free_port();
-        let proc = Proc::spawn(name, self.command(subcommand, port), &self.dir);
+        let mut cmd = self.command(subcommand, port);
+        cmd.envs(env.iter().copied());
+        let proc = Proc::spawn(name, cmd, &self.dir);
         Service { proc, base: format!("http://127.0.0.1:{port}") }
     }
 }

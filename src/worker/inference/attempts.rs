@@ -154,6 +154,6 @@ pub(super) async fn save(
     let progress = Progress { phase, processed, total: 1, checkpoint: Some(text) };
     // One statement, so no explicit transaction: a commit in one round trip.
     let cancel = with_pool!(&ctx.db, pool => fenced_checkpoint!(pool, &ctx.lease, &progress)?);
-    crate::store::changes::changed(&ctx.operation.id);
+    crate::store::changes::committed(&ctx.db, &ctx.operation.id);
     Ok(cancel)
 }
