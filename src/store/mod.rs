@@ -2,6 +2,7 @@
 //! [`crate::with_pool!`]. Store functions take the tenant key first: no query runs unscoped.
 
 pub mod append;
+pub mod artifact_exports;
 pub mod artifacts;
 pub mod changes;
 pub mod entries;
