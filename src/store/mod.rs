@@ -8,6 +8,7 @@ pub mod changes;
 pub mod entries;
 pub mod entry_writes;
 pub mod export_pages;
+pub mod fenced;
 pub mod leases;
 pub mod maintenance;
 pub mod messages;

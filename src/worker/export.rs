@@ -29,10 +29,10 @@ use super::{JobCtx, JobError};
 use crate::auth::TenantKey;
 use crate::db::{BeginWrite as _, Db};
 use crate::store::artifact_exports::{discard_export, is_missing_parent};
-use crate::store::artifacts;
 use crate::store::export_pages::{self, StoredPage};
-use crate::store::leases::{Lease, Progress, SET_ARTIFACT_REF_SQL};
-use crate::store::{entries, messages};
+use crate::store::fenced::SET_ARTIFACT_REF_SQL;
+use crate::store::leases::{Lease, Progress};
+use crate::store::{artifacts, entries, messages};
 use crate::{
     create_export_artifact, fenced_checkpoint, insert_export_chunks, relax_commit, seal_export_artifact,
     touch_export_artifact, with_pool,
