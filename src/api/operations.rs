@@ -249,10 +249,10 @@ async fn wait(
     // process, or on PostgreSQL from any; anything else is seen by the periodic re-read).
     let watch = crate::store::changes::Watch::new(parse_operation_id(&id)?);
     let mut changed = watch.armed();
-    let mut current = load(&state, &caller, &id).await?;
-    let since = query.since_version.unwrap_or(current.version);
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(query.timeout_ms.unwrap_or(MAX_WAIT_MS).min(MAX_WAIT_MS));
+    let mut current = until_readable(deadline, || load(&state, &caller, &id)).await?;
+    let since = query.since_version.unwrap_or(current.version);
     while current.version == since && !current.state.is_terminal() {
         let now = tokio::time::Instant::now();
         if now >= deadline {
@@ -266,17 +266,48 @@ async fn wait(
             () = state.shutdown.cancelled() => break,
         };
         changed = watch.armed();
-        // Woken: read the row. Timed out: a cheap version check first.
+        // Woken: read the row. Timed out: a cheap version check first. A read that fails
+        // transiently (SQLite busy, say) is no news: the wait goes on and reads again.
         let moved = notified
-            || match ops::version(&state.db, &caller.tenant, &current.id).await? {
-                Some(v) => v != current.version,
-                None => true,
+            || match ops::version(&state.db, &caller.tenant, &current.id).await {
+                Ok(Some(v)) => v != current.version,
+                Ok(None) => true,
+                Err(e) if is_transient_store(&e) => false,
+                Err(e) => return Err(e.into()),
             };
         if moved {
-            current = load(&state, &caller, &current.id).await?;
+            match load(&state, &caller, &current.id).await {
+                Ok(op) => current = op,
+                Err(AppError::Unavailable(e)) => {
+                    tracing::debug!(error = format!("{e:#}"), "long-poll re-read failed; reading again");
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(operation_response(StatusCode::OK, &current))
+}
+
+/// Read with `read` until it succeeds, a non-transient error, or `deadline`: a long-poll
+/// may wait out a momentary database hiccup instead of answering 503.
+async fn until_readable<F, Fut>(deadline: tokio::time::Instant, read: F) -> ApiResult<OperationRow>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ApiResult<OperationRow>>,
+{
+    loop {
+        match read().await {
+            Err(AppError::Unavailable(e)) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = format!("{e:#}"), "long-poll read failed; reading again");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn is_transient_store(e: &crate::store::StoreError) -> bool {
+    matches!(e, crate::store::StoreError::Db(db) if crate::store::is_transient(db))
 }
 
 async fn cancel(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> ApiResult<Response> {
