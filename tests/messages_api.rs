@@ -166,6 +166,12 @@ async fn malformed_requests_get_api_errors(app: TestApp) {
 async fn conversations_list_per_agent(app: TestApp) {
     let scoped = |conv: &str, id: &str, agent: &str| json!({"id": id, "scope": {"conversationId": conv, "agentId": agent}, "role": "user", "content": "x"});
     app.append(vec![scoped("c-a", "1", "agent-1"), scoped("c-a", "2", "agent-1")]).await;
+    // Timestamps are in milliseconds: let the clock pass c-a's before c-b is written, or
+    // the two tie and the order falls back to the conversation id.
+    let written = context_ops::store::now_ms();
+    while context_ops::store::now_ms() <= written {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
     app.append(vec![scoped("c-b", "1", "agent-1")]).await;
     app.append(vec![scoped("c-c", "1", "agent-2")]).await;
     let (status, body) = app.post(LIST, &json!({"agentId": "agent-1"})).await;
