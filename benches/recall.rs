@@ -98,8 +98,8 @@ async fn seed(db: &Db, n: usize) -> anyhow::Result<Vec<String>> {
     for (chunk_no, chunk) in texts.chunks(ROWS).enumerate() {
         let sql = format!(
             "INSERT INTO context_entries (tenant, id, kind, content, version, status, conversation_id, provenance, \
-             created_at_ms, updated_at_ms, change_seq, projected_version) VALUES {}",
-            placeholders(chunk.len(), 12)
+             created_at_ms, updated_at_ms, change_seq) VALUES {}",
+            placeholders(chunk.len(), 11)
         );
         with_pool!(db, pool => {
             let mut q = sqlx::query(AssertSqlSafe(sql));
@@ -117,8 +117,7 @@ async fn seed(db: &Db, n: usize) -> anyhow::Result<Vec<String>> {
                     .bind(json!({"conversationId": conversation}).to_string())
                     .bind(now - (i as i64 % 1000) * 3_600_000)
                     .bind(now - (i as i64 % 1000) * 3_600_000)
-                    .bind(i as i64 + 1)
-                    .bind(0_i64);
+                    .bind(i as i64 + 1);
             }
             q.execute(pool).await?;
         });

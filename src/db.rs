@@ -133,12 +133,19 @@ impl Db {
 
     /// Apply our embedded migrations (the engine's own directory, same version numbers).
     pub async fn migrate(&self) -> anyhow::Result<()> {
+        self.migrate_until(i64::MAX).await
+    }
+
+    /// Apply the migrations up to `version` (tests of a later migration start from here).
+    #[doc(hidden)]
+    pub async fn migrate_until(&self, version: i64) -> anyhow::Result<()> {
         let set = match self.engine() {
             Engine::Postgres => POSTGRES_MIGRATIONS,
             Engine::Sqlite => SQLITE_MIGRATIONS,
         };
         let migrations = set
             .iter()
+            .filter(|m| m.0 <= version)
             .map(|(version, name, sql)| {
                 Migration::new(*version, (*name).into(), MigrationType::Simple, sql.into_sql_str(), false)
             })
@@ -162,6 +169,7 @@ const POSTGRES_MIGRATIONS: MigrationSet = &[
     (4, "artifacts", include_str!("../migrations/postgres/0004_artifacts.sql")),
     (5, "deleting_index", include_str!("../migrations/postgres/0005_deleting_index.sql")),
     (6, "operation_notify", include_str!("../migrations/postgres/0006_operation_notify.sql")),
+    (7, "projection_watermark", include_str!("../migrations/postgres/0007_projection_watermark.sql")),
 ];
 
 const SQLITE_MIGRATIONS: MigrationSet = &[
@@ -171,6 +179,7 @@ const SQLITE_MIGRATIONS: MigrationSet = &[
     (4, "artifacts", include_str!("../migrations/sqlite/0004_artifacts.sql")),
     (5, "deleting_index", include_str!("../migrations/sqlite/0005_deleting_index.sql")),
     (6, "operation_notify", include_str!("../migrations/sqlite/0006_operation_notify.sql")),
+    (7, "projection_watermark", include_str!("../migrations/sqlite/0007_projection_watermark.sql")),
 ];
 
 #[cfg(test)]

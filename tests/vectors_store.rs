@@ -1,7 +1,8 @@
 //! Writing vectors, against both real databases: a vector lands only for an entry still
 //! active at the embedded version, batches larger than one statement's chunk keep every
-//! row and a distinct `written_seq`, and a re-embedding under another model replaces the
-//! vectors in place (one per entry).
+//! row and a distinct `written_seq`, an identical re-embedding rewrites nothing, a
+//! re-embedding under another model replaces the vectors in place (one per entry), and the
+//! projection watermark follows walks in change order.
 
 mod common;
 
@@ -10,8 +11,8 @@ use context_jobs::contract::{ContextInsight, ContextInsightKind, ContextInsightS
 use context_jobs::embed::hashing_embed;
 use context_ops::auth::TenantKey;
 use context_ops::db::{BeginWrite as _, Db};
-use context_ops::store::vectors::{ToEmbed, coverage};
-use context_ops::worker::projector::write_batch;
+use context_ops::store::vector_writes::{VectorBatch, WriteVectors as _, encode_all};
+use context_ops::store::vectors::{ToEmbed, coverage, walk_page, watermark};
 use context_ops::{import_entries, with_pool};
 use serde_json::json;
 
@@ -42,9 +43,22 @@ fn to_embed(tenant: &TenantKey, id: &str, version: i64) -> ToEmbed {
     ToEmbed { tenant: tenant.as_str().to_string(), id: id.into(), version, content: "\"some content\"".into() }
 }
 
+/// Store `batch`'s vectors (each embeds its id) in one transaction, moving the watermark
+/// to `covered` when given.
+async fn write_covering(db: &Db, model: &str, batch: &[ToEmbed], covered: Option<i64>) -> u64 {
+    let (dim, blobs) = encode_all(&batch.iter().map(|e| hashing_embed(&e.id, 32)).collect::<Vec<_>>());
+    let tenant = batch.first().map_or(TenantKey::new("t", "p").as_str().to_string(), |e| e.tenant.clone());
+    let vectors = VectorBatch { covered_through: covered, ..VectorBatch::new(&tenant, model, dim, batch, &blobs) };
+    with_pool!(db, pool => {
+        let mut tx = pool.begin_write().await.unwrap();
+        let n = tx.write_vectors(&vectors).await.unwrap().vectors;
+        tx.commit().await.unwrap();
+        n
+    })
+}
+
 async fn write(db: &Db, model: &str, batch: &[ToEmbed]) -> u64 {
-    let vectors = batch.iter().map(|e| hashing_embed(&e.id, 32)).collect();
-    write_batch(db, model, batch, vectors).await.unwrap()
+    write_covering(db, model, batch, None).await
 }
 
 /// One number from SQL with the tenant as `$1`.
@@ -66,32 +80,66 @@ async fn vectors_are_written_only_for_current_versions(backend: Backend) {
         tx.commit().await.unwrap();
     });
     assert_eq!(coverage(&db, &tenant).await.unwrap(), (ACTIVE as i64, 0));
+    let source = ACTIVE as u64 + 1;
+    let mark = watermark(&db, &tenant).await.unwrap();
+    assert_eq!((mark.projected_version, mark.source_version, mark.lag), (0, source, source));
 
-    // More than one statement's worth on either engine, plus an entry that is not active.
+    // A walk in change order: a full page covers up to its last entry; the short page at
+    // the end covers up to the head, past the trailing inactive entry it never returns.
+    let first = walk_page(&db, tenant.as_str(), 0, 1000).await.unwrap();
+    assert_eq!((first.items.len(), first.last, first.covered_through), (1000, false, 1000));
+    let rest = walk_page(&db, tenant.as_str(), first.next_after, 1000).await.unwrap();
+    assert_eq!((rest.items.len(), rest.last, rest.covered_through), (ACTIVE - 1000, true, source as i64));
+    assert!(rest.items.iter().all(|e| e.id != "gone"));
+    let empty = walk_page(&db, tenant.as_str(), rest.next_after, 1000).await.unwrap();
+    assert_eq!((empty.items.len(), empty.last, empty.covered_through), (0, true, source as i64));
+
+    // More than one statement's worth on either engine, plus an entry that is not active;
+    // the watermark moves with the vectors, in the same transaction.
     let mut batch: Vec<ToEmbed> = items.iter().map(|e| to_embed(&tenant, &e.id, 2)).collect();
-    assert_eq!(write(&db, "m1", &batch).await, ACTIVE as u64, "every active entry, not the expired one");
+    assert_eq!(write_covering(&db, "m1", &batch[..1000], Some(1000)).await, 1000);
+    assert_eq!(watermark(&db, &tenant).await.unwrap().lag, source - 1000);
+    assert_eq!(write_covering(&db, "m1", &batch[1000..], Some(source as i64)).await, ACTIVE as u64 - 1000);
     assert_eq!(coverage(&db, &tenant).await.unwrap(), (ACTIVE as i64, ACTIVE as i64));
+    assert_eq!(watermark(&db, &tenant).await.unwrap().lag, 0);
+    // An older walk finishing late never moves the watermark back.
+    assert_eq!(write_covering(&db, "m1", &[], Some(5)).await, 0);
+    assert_eq!(watermark(&db, &tenant).await.unwrap().projected_version, source);
     let seqs = scalar(&db, "SELECT COUNT(DISTINCT written_seq) FROM context_entry_vectors WHERE tenant = $1", &tenant);
     assert_eq!(seqs.await, ACTIVE as i64, "each vector write has its own sequence number");
-    let stale =
-        "SELECT COUNT(*) FROM context_entries WHERE tenant = $1 AND status = 'active' AND projected_version <> version";
-    assert_eq!(scalar(&db, stale, &tenant).await, 0);
+    let max_seq = "SELECT MAX(written_seq) FROM context_entry_vectors WHERE tenant = $1";
+    let before = scalar(&db, max_seq, &tenant).await;
+    assert_eq!(write(&db, "m1", &batch).await, 0, "identical vectors are not rewritten");
+    assert_eq!(scalar(&db, max_seq, &tenant).await, before, "nothing for the recall index to re-read");
 
-    // An entry changes (a correction bumps its version) while its old text is embedded.
+    // An entry changes (a correction bumps its version and takes the next change
+    // sequence) while its old text is embedded.
+    let next_seq = source as i64 + 1;
     with_pool!(&db, pool => {
-        sqlx::query("UPDATE context_entries SET version = 3 WHERE tenant = $1 AND id = 'a-00001'")
+        sqlx::query("UPDATE context_entries SET version = 3, change_seq = $2 WHERE tenant = $1 AND id = 'a-00001'")
             .bind(tenant.as_str())
+            .bind(next_seq)
+            .execute(pool)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE context_entry_heads SET source_version = $2 WHERE tenant = $1")
+            .bind(tenant.as_str())
+            .bind(next_seq)
             .execute(pool)
             .await
             .unwrap();
     });
+    assert_eq!(watermark(&db, &tenant).await.unwrap().lag, 1, "the changed entry is above the watermark");
     assert_eq!(write(&db, "m1", &[to_embed(&tenant, "a-00001", 2)]).await, 0, "the old version's vector is refused");
-    assert_eq!(scalar(&db, stale, &tenant).await, 1, "the changed entry stays stale");
-    assert_eq!(write(&db, "m1", &[to_embed(&tenant, "a-00001", 3)]).await, 1);
+    assert_eq!(coverage(&db, &tenant).await.unwrap(), (ACTIVE as i64, ACTIVE as i64 - 1));
+    let stale = walk_page(&db, tenant.as_str(), source as i64, 1000).await.unwrap();
+    assert_eq!(stale.items.iter().map(|e| (e.id.as_str(), e.version)).collect::<Vec<_>>(), [("a-00001", 3)]);
+    assert_eq!(write_covering(&db, "m1", &stale.items, Some(stale.covered_through)).await, 1);
     assert_eq!(write(&db, "m1", &[to_embed(&tenant, "a-00001", 2)]).await, 0, "never back to an older version");
     let v = "SELECT version FROM context_entry_vectors WHERE tenant = $1 AND entry_id = 'a-00001'";
     assert_eq!(scalar(&db, v, &tenant).await, 3);
-    assert_eq!(scalar(&db, stale, &tenant).await, 0);
+    assert_eq!(coverage(&db, &tenant).await.unwrap(), (ACTIVE as i64, ACTIVE as i64));
+    assert_eq!(watermark(&db, &tenant).await.unwrap().lag, 0);
 
     // Re-embedding everything under another model (a forced rebuild): in place, one each.
     batch[1].version = 3;

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use context_ops::db::Db;
+use context_ops::store::pg_copy::CopyBinary;
 use sqlx::AssertSqlSafe;
 
 const TABLE: &str = "bench_vectors_ceiling";
@@ -11,34 +12,26 @@ const TABLE: &str = "bench_vectors_ceiling";
 const SQLITE_ROWS: usize = 500;
 
 fn columns(i: usize, vector: &[f32]) -> (String, i64, Vec<u8>) {
-    (format!("entry-{i:07}"), vector.len() as i64, context_jobs::embed::encode_vector(vector))
+    (format!("entry-{i:07}"), vector.len() as i64, context_jobs::vector_codec::encode_vector(vector))
 }
 
 /// PostgreSQL binary `COPY` rows: (tenant, entry_id, version, model, dim, vector,
-/// written_seq, written_at_ms).
+/// written_seq, written_at_ms), in the service's own `COPY` encoder.
 fn copy_rows(first: usize, vectors: &[Vec<f32>], now: i64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(vectors.len() * (vectors.first().map_or(0, Vec::len) * 4 + 120) + 32);
-    out.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
-    out.extend_from_slice(&0i32.to_be_bytes());
-    out.extend_from_slice(&0i32.to_be_bytes());
-    let field = |out: &mut Vec<u8>, bytes: &[u8]| {
-        out.extend_from_slice(&(bytes.len() as i32).to_be_bytes());
-        out.extend_from_slice(bytes);
-    };
+    let mut copy = CopyBinary::new(vectors.len() * (vectors.first().map_or(0, Vec::len) * 2 + 96));
     for (j, vector) in vectors.iter().enumerate() {
         let (id, dim, blob) = columns(first + j, vector);
-        out.extend_from_slice(&8i16.to_be_bytes());
-        field(&mut out, super::TENANT.as_bytes());
-        field(&mut out, id.as_bytes());
-        field(&mut out, &1i64.to_be_bytes());
-        field(&mut out, b"bench");
-        field(&mut out, &(dim as i32).to_be_bytes());
-        field(&mut out, &blob);
-        field(&mut out, &((first + j) as i64).to_be_bytes());
-        field(&mut out, &now.to_be_bytes());
+        copy.row(8)
+            .bytes(super::TENANT.as_bytes())
+            .bytes(id.as_bytes())
+            .int8(1)
+            .bytes(b"bench")
+            .int4(dim as i32)
+            .bytes(&blob)
+            .int8((first + j) as i64)
+            .int8(now);
     }
-    out.extend_from_slice(&(-1i16).to_be_bytes());
-    out
+    copy.finish()
 }
 
 /// Load `vectors` in batches of `batch`, one transaction each; the time taken.

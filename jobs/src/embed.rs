@@ -1,6 +1,6 @@
-//! Embeddings as pure functions: the built-in deterministic hashing embedder, the stored
-//! vector codec (little-endian f32), cosine similarity, the compact i8 form the recall
-//! index keeps in memory, and the OpenAI-compatible `/v1/embeddings` wire shapes (request
+//! Embeddings as pure functions: the built-in deterministic hashing embedder, cosine
+//! similarity, the compact i8 form the recall index keeps in memory (the stored form is
+//! `vector_codec`'s), and the OpenAI-compatible `/v1/embeddings` wire shapes (request
 //! body and fail-closed response decoding). The HTTP call itself is the shell's.
 
 use serde::Deserialize;
@@ -67,19 +67,6 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
         nb += y * y;
     }
     if na == 0.0 || nb == 0.0 { 0.0 } else { (dot / (na.sqrt() * nb.sqrt())).clamp(-1.0, 1.0) }
-}
-
-/// The stored form: little-endian f32, `4 × dim` bytes.
-pub fn encode_vector(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// `None` when the blob is not a whole number of f32s.
-pub fn decode_vector(bytes: &[u8]) -> Option<Vec<f32>> {
-    bytes
-        .len()
-        .is_multiple_of(4)
-        .then(|| bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
 }
 
 /// The compact in-memory form: i8 per dimension plus one scale, normalised so that
@@ -176,16 +163,6 @@ mod tests {
         let a = hashing_embed("new york pizza", 512);
         let b = hashing_embed("york new pizza", 512);
         assert!(cosine(&a, &b) < 0.999 && cosine(&a, &b) > 0.5);
-    }
-
-    #[test]
-    fn codec_round_trips_and_rejects_ragged_blobs() {
-        let v = vec![0.5f32, -1.25, 3.0];
-        let bytes = encode_vector(&v);
-        assert_eq!(bytes.len(), 12);
-        assert_eq!(&bytes[..4], &0.5f32.to_le_bytes());
-        assert_eq!(decode_vector(&bytes).unwrap(), v);
-        assert!(decode_vector(&bytes[..5]).is_none());
     }
 
     #[test]

@@ -79,6 +79,17 @@ pub fn entry_text(content: &Value) -> String {
     content_text(content)
 }
 
+/// `entry_text` of stored `content` JSON; unparseable content has no text. Most content is
+/// a JSON string, decoded straight to its text without building a `Value`.
+pub fn stored_entry_text(json: &str) -> String {
+    if json.starts_with('"')
+        && let Ok(text) = serde_json::from_str::<String>(json)
+    {
+        return text;
+    }
+    serde_json::from_str(json).map(|c| entry_text(&c)).unwrap_or_default()
+}
+
 pub fn kind_str(kind: ContextInsightKind) -> &'static str {
     match kind {
         ContextInsightKind::Fact => "fact",
@@ -117,6 +128,23 @@ pub fn is_live(status: ContextInsightStatus, expires_at_ms: Option<i64>, now_ms:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stored_text_matches_the_value_path() {
+        for json in [
+            r#""plain \u00e9 text""#,
+            r#"[{"text":"a"},"b"]"#,
+            "null",
+            "42",
+            r#"{"k":1}"#,
+            "not json",
+            r#""unterminated"#,
+        ] {
+            let via_value = serde_json::from_str(json).map(|c| entry_text(&c)).unwrap_or_default();
+            assert_eq!(stored_entry_text(json), via_value, "{json}");
+        }
+        assert_eq!(stored_entry_text(r#""caf\u00e9""#), "café");
+    }
     use serde_json::json;
 
     #[test]

@@ -13,3 +13,4 @@ pub mod recall_index;
 pub mod responses;
 pub mod retention;
 pub mod text;
+pub mod vector_codec;

@@ -29,7 +29,7 @@ use context_jobs::contract::{
     CONTEXT_RECALL_PATH, ContextOperationKind, MAX_PAGE_SIZE, MAX_SEARCH_QUERY_BYTES, RebuildVectorProjectionRequest,
     RecallContextRequest, RecallContextResponse, RecalledContext, VECTOR_REBUILD_PATH,
 };
-use context_jobs::embed::{cosine, decode_vector};
+use context_jobs::embed::cosine;
 use context_jobs::entries::{entry_text, is_live};
 use context_jobs::kinds::rebuild_vector::RebuildVectorJob;
 use context_jobs::operation::OperationRequest;
@@ -100,7 +100,8 @@ async fn recall(
     };
     let rows = load_rows(&state, &tenant, &candidates.ids).await?;
     let stored = vectors::vectors_of(&state.db, &caller.tenant, state.embedder.model(), &candidates.ids).await?;
-    let stored: HashMap<String, (i64, Vec<u8>)> = stored.into_iter().map(|(id, v, blob)| (id, (v, blob))).collect();
+    let stored: HashMap<String, (i64, Vec<f32>)> =
+        stored.into_iter().map(|(id, v, vector)| (id, (v, vector))).collect();
     let mut items: Vec<RecalledContext> = Vec::new();
     for entry in rows {
         if !is_live(entry.status, entry.expires_at_ms, now)
@@ -112,9 +113,7 @@ async fn recall(
         let (tf, len) = term_frequencies(&terms, &doc);
         let lexical = bm25(&candidates.stats, &terms, &tf, len);
         let vector = match (&query_vector, stored.get(&entry.id)) {
-            (Some(q), Some((v, blob))) if *v as u64 == entry.version => {
-                decode_vector(blob).map(|d| cosine(q, &d)).unwrap_or(0.0)
-            }
+            (Some(q), Some((v, stored))) if *v as u64 == entry.version => cosine(q, stored),
             _ => 0.0,
         };
         let score = breakdown(weights, lexical, candidates.max_bm25, vector, recency(entry.updated_at_ms, now));

@@ -134,7 +134,7 @@ pub fn entry_columns(e: &ContextInsight) -> EntryColumns {
     }
 }
 
-/// Rows per multi-row INSERT: 15 parameters a row stays far below both engines' limits.
+/// Rows per multi-row INSERT: 14 parameters a row stays far below both engines' limits.
 pub const INSERT_CHUNK: usize = 200;
 
 pub const BUMP_SOURCE_SQL: &str = "INSERT INTO context_entry_heads (tenant, source_version) VALUES ($1, $2) \
@@ -144,9 +144,9 @@ pub const BUMP_SOURCE_SQL: &str = "INSERT INTO context_entry_heads (tenant, sour
 pub fn insert_entries_sql(rows: usize) -> String {
     format!(
         "INSERT INTO context_entries (tenant, id, kind, content, attributes, version, status, conversation_id, \
-         provenance, superseded_by, expires_at_ms, created_at_ms, updated_at_ms, change_seq, projected_version) \
+         provenance, superseded_by, expires_at_ms, created_at_ms, updated_at_ms, change_seq) \
          VALUES {} ON CONFLICT (tenant, id) DO NOTHING RETURNING id",
-        super::row_placeholders(1, rows, 15)
+        super::row_placeholders(1, rows, 14)
     )
 }
 
@@ -209,8 +209,7 @@ macro_rules! insert_entry_rows {
                     .bind(e.expires_at_ms)
                     .bind(e.created_at_ms)
                     .bind(e.updated_at_ms)
-                    .bind(first_seq + i as i64)
-                    .bind(0_i64);
+                    .bind(first_seq + i as i64);
             }
             let inserted: std::collections::HashSet<String> = q.fetch_all(&mut *conn).await?.into_iter().collect();
             let recorded: Vec<_> = rows.iter().zip(&cols).filter(|(e, _)| inserted.contains(&e.id)).collect();

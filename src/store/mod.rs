@@ -13,7 +13,9 @@ pub mod leases;
 pub mod maintenance;
 pub mod messages;
 pub mod operations;
+pub mod pg_copy;
 pub mod recall_index;
+pub mod vector_writes;
 pub mod vectors;
 
 use std::time::{SystemTime, UNIX_EPOCH};

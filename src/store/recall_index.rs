@@ -17,10 +17,10 @@ use sqlx::AssertSqlSafe;
 use super::StoreResult;
 use crate::db::Db;
 use crate::with_pool;
-use context_jobs::embed::decode_vector;
-use context_jobs::entries::entry_text;
+use context_jobs::entries::stored_entry_text;
 use context_jobs::recall_index::{IndexedEntry, RecallIndex};
 use context_jobs::text::terms;
+use context_jobs::vector_codec::decode_vector;
 
 /// Tenants whose indexes stay in memory at once.
 const MAX_TENANTS: usize = 32;
@@ -98,7 +98,7 @@ impl RecallIndexes {
             let prepared: Vec<_> = rows
                 .into_iter()
                 .map(|r| {
-                    let text = serde_json::from_str(&r.6).map(|c| terms(&entry_text(&c))).unwrap_or_default();
+                    let text = terms(&stored_entry_text(&r.6));
                     (r, text)
                 })
                 .collect();
@@ -123,9 +123,9 @@ impl RecallIndexes {
             }
         }
         loop {
-            let sql = "SELECT entry_id, version, vector, written_seq FROM context_entry_vectors \
+            let sql = "SELECT entry_id, version, vector, dim, written_seq FROM context_entry_vectors \
                        WHERE tenant = $1 AND written_seq > $2 AND model = $3 ORDER BY written_seq LIMIT $4";
-            let rows: Vec<(String, i64, Vec<u8>, i64)> = with_pool!(db, pool => {
+            let rows: Vec<(String, i64, Vec<u8>, i32, i64)> = with_pool!(db, pool => {
                 sqlx::query_as(AssertSqlSafe(sql))
                     .bind(tenant)
                     .bind(vector_seq)
@@ -137,9 +137,9 @@ impl RecallIndexes {
             let n = rows.len() as i64;
             let decoded: Vec<(String, i64, Option<Vec<f32>>)> = rows
                 .into_iter()
-                .map(|(id, v, blob, seq)| {
+                .map(|(id, v, blob, dim, seq)| {
                     vector_seq = vector_seq.max(seq);
-                    (id, v, decode_vector(&blob))
+                    (id, v, decode_vector(&blob, dim as usize))
                 })
                 .collect();
             let mut d = data.write().unwrap_or_else(|p| p.into_inner());

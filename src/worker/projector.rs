@@ -13,10 +13,11 @@ use tokio_util::sync::CancellationToken;
 use crate::db::{BeginWrite as _, Db};
 use crate::embedder::Embedder;
 use crate::store::maintenance;
-use crate::store::vectors::{ToEmbed, WriteVectors as _, stale_batch};
+use crate::store::vector_writes::{VectorBatch, WriteVectors as _, encode_all};
+use crate::store::vectors::{ToEmbed, stale_tenant, walk_page};
 use crate::store::{StoreError, StoreResult};
 use crate::with_pool;
-use context_jobs::entries::entry_text;
+use context_jobs::entries::stored_entry_text;
 
 pub const PROJECTOR_NAME: &str = "projector";
 const BATCH: usize = 500;
@@ -55,7 +56,7 @@ pub fn spawn(
 
 /// The texts to embed, in order: each entry's `content_text`.
 pub fn texts(items: &[ToEmbed]) -> Vec<String> {
-    items.iter().map(|e| serde_json::from_str(&e.content).map(|c| entry_text(&c)).unwrap_or_default()).collect()
+    items.iter().map(|e| stored_entry_text(&e.content)).collect()
 }
 
 /// One tick if this process wins it: `Some(vectors written)`, or `None` when another
@@ -74,27 +75,22 @@ pub async fn run_tick(db: &Db, embedder: &Embedder, holder: &str, period_ms: i64
 async fn drain(db: &Db, embedder: &Embedder) -> StoreResult<u64> {
     let mut written = 0u64;
     for _ in 0..MAX_BATCHES_PER_TICK {
-        let batch = stale_batch(db, BATCH).await?;
-        let texts = texts(&batch);
+        // One tenant's next stale page: the walk from its watermark.
+        let Some((tenant, watermark)) = stale_tenant(db).await? else { break };
+        let page = walk_page(db, &tenant, watermark, BATCH as i64).await?;
+        let texts = texts(&page.items);
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let vectors = embedder.embed(&refs).await.map_err(|e| StoreError::Other(e.into()))?;
-        written += write_batch(db, embedder.model(), &batch, vectors).await?;
-        if batch.len() < BATCH {
-            break;
-        }
-    }
-    Ok(written)
-}
-
-/// Store a batch's vectors, one transaction per tenant.
-pub async fn write_batch(db: &Db, model: &str, batch: &[ToEmbed], vectors: Vec<Vec<f32>>) -> StoreResult<u64> {
-    let mut written = 0u64;
-    let items: Vec<(&ToEmbed, Vec<f32>)> = batch.iter().zip(vectors).collect();
-    for group in items.chunk_by(|a, b| a.0.tenant == b.0.tenant) {
-        let tenant = group[0].0.tenant.as_str();
+        let (dim, blobs) = encode_all(&vectors);
+        let batch = VectorBatch {
+            covered_through: Some(page.covered_through),
+            read_at: Some(page.read_at),
+            bulk: true,
+            ..VectorBatch::new(&tenant, embedder.model(), dim, &page.items, &blobs)
+        };
         written += with_pool!(db, pool => {
             let mut tx = pool.begin_write().await?;
-            let n = tx.write_vectors(tenant, group, model).await?;
+            let n = tx.write_vectors(&batch).await?.vectors;
             tx.commit().await?;
             n
         });
