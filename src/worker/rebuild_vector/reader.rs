@@ -41,9 +41,12 @@ impl Reader {
     pub fn spawn(db: Db, embedder: Arc<Embedder>, tenant: String, after: i64, batch: i64) -> Self {
         let (send, batches) = mpsc::channel(AHEAD);
         let task = tokio::spawn(async move {
-            let mut after = after;
+            // The first page is a quarter of a batch, so the writer starts early (the pipeline
+            // fills in a quarter of the time); the rest are whole batches.
+            let (mut after, mut limit) = (after, (batch / 4).max(1));
             loop {
-                let next = read_and_embed(&db, &embedder, &tenant, after, batch).await;
+                let next = read_and_embed(&db, &embedder, &tenant, after, limit).await;
+                limit = batch;
                 let stop = match &next {
                     Ok(b) => {
                         after = b.page.next_after;
