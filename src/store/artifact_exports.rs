@@ -1,16 +1,16 @@
 //! The statements an export runs on the artifacts tables inside its own fenced
 //! transactions (`create_export_artifact!`, `insert_export_chunks!`,
 //! `touch_export_artifact!`, `seal_export_artifact!`), discarding an abandoned export's
-//! artifact, and `relax_commit!`, which import batches use too.
+//! artifact, and `relax_commit!`, which import and rebuild batches use too.
 
 use super::StoreResult;
 use crate::db::Db;
 use crate::with_pool;
 
 /// In a checkpointed batch's transaction (`$conn` = `&mut *tx`, `$db` the [`Db`]): on
-/// PostgreSQL, let its commit return before its WAL is flushed to disk. Safe for export
-/// and import batches: a batch's effect and its checkpoint are one transaction, so a server
-/// crash loses whole batches, newest first, and the job redoes them from the checkpoint
+/// PostgreSQL, let its commit return before its WAL is flushed to disk. Safe for export,
+/// import and vector-rebuild batches: a batch's effect and its checkpoint are one
+/// transaction, so a server crash loses whole batches, newest first, and the job redoes them from the checkpoint
 /// that survived; the operation's final transition is an ordinary durable commit, which
 /// flushes everything before it. (A fsync per batch costs more than the batch on some
 /// disks.) SQLite in WAL mode with `synchronous = NORMAL` already commits this way.

@@ -27,7 +27,7 @@ use tokio::sync::{Semaphore, mpsc};
 
 use super::{JobCtx, JobError};
 use crate::auth::TenantKey;
-use crate::db::{BeginWrite as _, Db};
+use crate::db::{BeginWrite as _, Db, Engine};
 use crate::store::artifact_exports::{discard_export, is_missing_parent};
 use crate::store::export_pages::{self, StoredPage};
 use crate::store::fenced::SET_ARTIFACT_REF_SQL;
@@ -239,8 +239,8 @@ fn spawn_reader(
 }
 
 /// The commits of one export. Each runs on its own task while encoding goes on: its chunk
-/// inserts start at once, then it waits for the commit before it to finish and only then
-/// writes its checkpoint and commits — so checkpoints land in order, and a failed or
+/// inserts start at once (on PostgreSQL; SQLite's single writer waits first), then it waits
+/// for the commit before it to finish and only then writes its checkpoint and commits — so checkpoints land in order, and a failed or
 /// cancelled commit stops every later one before it commits. At most
 /// [`COMMITS_IN_FLIGHT`] exist at a time (each holds its chunks).
 struct Commits {
@@ -346,6 +346,18 @@ async fn commit(db: &Db, lease: &Lease, batch: Batch<'_>, previous: Option<Commi
     let Batch { artifact_id, chunks, finished, progress } = batch;
     let gone = || {
         JobError::permanent(artifact_code::NOT_FOUND, format!("artifact {artifact_id} was deleted during the export"))
+    };
+    // SQLite has one writer: a transaction that took the write lock and then waited for
+    // the commit before it would hold off that very commit (until the busy timeout, then
+    // fail it). There, the previous commit finishes first; PostgreSQL overlaps the inserts.
+    let previous = match previous {
+        Some(previous) if db.engine() == Engine::Sqlite => {
+            if previous.join().await? {
+                return Ok(true);
+            }
+            None
+        }
+        previous => previous,
     };
     let cancel = with_pool!(db, pool => {
         let mut tx = pool.begin_write().await?;
