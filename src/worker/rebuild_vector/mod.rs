@@ -15,12 +15,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{JobCtx, JobError};
-use crate::db::{BeginWrite as _, Db};
+use crate::db::BeginWrite as _;
 use crate::embedder::Embedder;
 use crate::store::leases::Progress;
 use crate::store::vector_writes::{VectorBatch, WriteVectors as _};
 use crate::store::vectors::{active_after, projected_seq};
-use crate::{fenced_checkpoint, with_pool};
+use crate::{fenced_checkpoint, relax_commit, with_pool};
 use context_jobs::kinds::rebuild_vector::RebuildVectorJob;
 use context_jobs::operation::error_code;
 use reader::Reader;
@@ -121,15 +121,11 @@ async fn write_batch(
 ) -> Result<(crate::store::vector_writes::Written, bool), JobError> {
     Ok(with_pool!(&ctx.db, pool => {
         let mut tx = pool.begin_write().await?;
-        if matches!(ctx.db, Db::Postgres(_)) {
-            // Vectors are derived data, and the checkpoint commits with them: a database
-            // crash that loses the last batches' commits (never a worker crash: the commit
-            // is in the server's memory at once) rolls both back together, and the walk
-            // embeds those batches again. The operation's terminal commit is synchronous,
-            // and it flushes everything before it: a finished rebuild is durable. Not
-            // waiting for each batch's WAL flush is a tenth of the rebuild's time.
-            sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut *tx).await?;
-        }
+        // Vectors are derived data and the checkpoint commits with them: a database crash
+        // that loses the last batches' commits rolls both back together, and the walk embeds
+        // those batches again (a worker crash loses nothing: the commit is in the server).
+        // The terminal commit is synchronous and flushes everything before it.
+        relax_commit!(&mut *tx, &ctx.db)?;
         let written = tx.write_vectors(vectors).await?;
         let saved = Checkpoint { after_seq, written: written_before + written.vectors };
         let progress = Progress { phase: "embedding", processed, total, checkpoint: checkpoint_text(&saved) };
