@@ -10,7 +10,8 @@
 //!    in entries/s; beside it, the baseline: the same embedder alone (`Embedder::embed`)
 //!    on the same entries' texts in the same batch size — the target is a ratio ≥ 0.5;
 //!    and a second baseline, the storage ceiling: the same vectors bulk-loaded into a bare
-//!    copy of the vectors table (PostgreSQL binary `COPY`; SQLite multi-row inserts), in
+//!    copy of the vectors table (PostgreSQL binary `COPY`; SQLite one prepared row insert
+//!    stepped per row on its own API, as the service writes), in
 //!    the same batches — no rebuild that stores them can beat it;
 //! 2. recall: the first query (which loads the tenant's in-memory index), then
 //!    `BENCH_RECALL_QUERIES` (default 300) queries one at a time over HTTP with default

@@ -240,14 +240,14 @@ async fn sigstop_worker_is_fenced() {
     a.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
     let id = submit_delete(&fx.client, &a.base, "big").await;
     wait_until(&fx.client, &a.base, &id, Duration::from_secs(60), "running", mid_run).await;
-    let mut b = fx.env.spawn("serve-b", "serve");
-    b.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
-
+    // Frozen first, then B starts: B's start-up must not race the rest of A's delete.
     a.proc.signal("STOP");
     let stopped = Instant::now();
     let at_stop = fx.db.operation(&id).await;
     assert_eq!(at_stop.state, "running", "the delete finished before A was frozen: {at_stop:?}");
     assert_eq!(at_stop.attempt, 1, "A holds the first attempt: {at_stop:?}");
+    let mut b = fx.env.spawn("serve-b", "serve");
+    b.wait_healthy(&fx.client, HEALTHY_WITHIN).await;
 
     // B takes over once A's lease expires, while A is still frozen.
     let done = match try_wait_until(&fx.client, &b.base, &id, Duration::from_secs(60), is_terminal).await {

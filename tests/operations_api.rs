@@ -363,15 +363,17 @@ backend_tests!(
     maintenance_status_and_metrics,
 );
 
+// One message per batch: 3,000 transactions, so the cancel lands mid-run however fast the
+// machine (300 batches of 10 once finished on SQLite before the cancel arrived).
 mod cancel_running {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sqlite() {
-        let app = super::TestApp::start_with(super::Backend::Sqlite, |c| c.batch_size = 10).await;
+        let app = super::TestApp::start_with(super::Backend::Sqlite, |c| c.batch_size = 1).await;
         super::cancel_running_stops_at_a_batch_boundary(app).await;
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres() {
-        let app = super::TestApp::start_with(super::Backend::Postgres, |c| c.batch_size = 10).await;
+        let app = super::TestApp::start_with(super::Backend::Postgres, |c| c.batch_size = 1).await;
         super::cancel_running_stops_at_a_batch_boundary(app).await;
     }
 }

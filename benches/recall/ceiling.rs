@@ -5,11 +5,10 @@ use std::time::{Duration, Instant};
 
 use context_ops::db::Db;
 use context_ops::store::pg_copy::CopyBinary;
+use context_ops::store::sqlite_rows::{Arg, execute_rows};
 use sqlx::AssertSqlSafe;
 
 const TABLE: &str = "bench_vectors_ceiling";
-/// Rows per SQLite statement (the service's own vector writes use the same).
-const SQLITE_ROWS: usize = 500;
 
 fn columns(i: usize, vector: &[f32]) -> (String, i64, Vec<u8>) {
     (format!("entry-{i:07}"), vector.len() as i64, context_jobs::vector_codec::encode_vector(vector))
@@ -62,33 +61,27 @@ pub async fn load(db: &Db, vectors: &[Vec<f32>], batch: usize) -> anyhow::Result
             let index = format!("CREATE INDEX {TABLE}_sync ON {TABLE} (tenant, written_seq)");
             sqlx::query(AssertSqlSafe(index)).execute(pool).await?;
             started = Instant::now();
+            // One prepared single-row statement stepped per row on SQLite's own API, as the
+            // service's vector writes do (the fastest way to load SQLite).
+            let insert = format!("INSERT INTO {TABLE} VALUES (?1, ?2, 1, 'bench', ?3, ?4, ?5, ?6)");
             for (k, chunk) in vectors.chunks(batch).enumerate() {
                 let mut tx = pool.begin().await?;
-                // Multi-row statements: the fastest way sqlx loads SQLite (one row per
-                // statement costs a round trip to the connection's thread each).
-                for (c, rows) in chunk.chunks(SQLITE_ROWS).enumerate() {
-                    let values: Vec<String> = (0..rows.len())
-                        .map(|r| {
-                            format!(
-                                "(?{}, ?{}, 1, 'bench', ?{}, ?{}, ?{}, ?{})",
-                                1,
-                                5 * r + 2,
-                                5 * r + 3,
-                                5 * r + 4,
-                                5 * r + 5,
-                                5 * r + 6
-                            )
-                        })
-                        .collect();
-                    let insert = format!("INSERT INTO {TABLE} VALUES {}", values.join(", "));
-                    let mut q = sqlx::query(AssertSqlSafe(insert)).bind(super::TENANT);
-                    for (j, vector) in rows.iter().enumerate() {
-                        let i = k * batch + c * SQLITE_ROWS + j;
-                        let (id, dim, blob) = columns(i, vector);
-                        q = q.bind(id).bind(dim).bind(blob).bind(i as i64).bind(now);
-                    }
-                    q.execute(&mut *tx).await?;
-                }
+                let cols: Vec<_> =
+                    chunk.iter().enumerate().map(|(j, v)| (k * batch + j, columns(k * batch + j, v))).collect();
+                let rows: Vec<[Arg<'_>; 6]> = cols
+                    .iter()
+                    .map(|(i, (id, dim, blob))| {
+                        [
+                            Arg::Text(super::TENANT),
+                            Arg::Text(id),
+                            Arg::Int(*dim),
+                            Arg::Blob(blob),
+                            Arg::Int(*i as i64),
+                            Arg::Int(now),
+                        ]
+                    })
+                    .collect();
+                execute_rows(&mut tx, &insert, rows.iter().map(|r| &r[..])).await?;
                 tx.commit().await?;
             }
         }

@@ -15,6 +15,7 @@ pub mod messages;
 pub mod operations;
 pub mod pg_copy;
 pub mod recall_index;
+pub mod sqlite_rows;
 pub mod vector_writes;
 pub mod vectors;
 

@@ -21,6 +21,7 @@
 use sqlx::AssertSqlSafe;
 
 use super::pg_copy::CopyBinary;
+use super::sqlite_rows::{Arg, execute_rows};
 use super::vectors::ToEmbed;
 
 /// Replace only with a newer version, or the same version under another model or with
@@ -31,12 +32,17 @@ const UPSERT_VECTOR: &str = "ON CONFLICT (tenant, entry_id) DO UPDATE SET versio
      OR (context_entry_vectors.version = excluded.version AND (context_entry_vectors.model <> excluded.model \
          OR context_entry_vectors.vector <> excluded.vector))";
 
-/// The fence, for both engines' statements (input alias `i`, tenant `$1`): only entries
-/// still active at the embedded version. A scalar subquery is never flattened into a join,
-/// so it stays a primary-key probe per row whatever the table statistics say (right after
-/// a bulk import there may be none, and a join could become a scan of the tenant).
-const FENCE: &str =
-    "(SELECT e.version FROM context_entries e WHERE e.tenant = $1 AND e.id = i.id AND e.status = 'active') = i.version";
+/// The fence, for both engines' statements (the tenant, the entry id and the embedded
+/// version as SQL expressions): only entries still active at the embedded version. A scalar
+/// subquery is never flattened into a join, so it stays a primary-key probe per row
+/// whatever the table statistics say (right after a bulk import there may be none, and a
+/// join could become a scan of the tenant).
+fn fence(tenant: &str, id: &str, version: &str) -> String {
+    format!(
+        "(SELECT e.version FROM context_entries e WHERE e.tenant = {tenant} AND e.id = {id} AND e.status = 'active') \
+         = {version}"
+    )
+}
 
 /// Take `$2` values of the tenant's vector sequence and move its watermark up to `$4`
 /// (never down: two walks may finish out of order). Returns the last value taken and the
@@ -70,19 +76,14 @@ const COPY_PG: &str = "COPY context_entry_vectors \
 /// memory; well within the default `work_mem` at dim 256.
 const PG_CHUNK: usize = 1000;
 
-/// SQLite has no arrays: a `VALUES` list of `(id, version, vector, seq)` from `$5`.
-fn write_sqlite_sql(n: usize, fenced: bool) -> String {
-    let fence = if fenced { FENCE } else { "true" };
+/// SQLite: one row per step (`sqlite_rows`), fenced or not.
+fn write_sqlite_sql(fenced: bool) -> String {
+    let check = if fenced { fence("?1", "?2", "?3") } else { "true".to_string() };
     format!(
-        "WITH input (id, version, vector, seq) AS (VALUES {}) \
-         INSERT INTO context_entry_vectors (tenant, entry_id, version, model, dim, vector, written_seq, written_at_ms) \
-         SELECT $1, i.id, i.version, $2, $3, i.vector, i.seq, $4 FROM input i WHERE {fence} {UPSERT_VECTOR}",
-        super::row_placeholders(5, n, 4)
+        "INSERT INTO context_entry_vectors (tenant, entry_id, version, model, dim, vector, written_seq, written_at_ms) \
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE {check} {UPSERT_VECTOR}"
     )
 }
-
-/// SQLite: rows per statement (4 parameters a row, well under SQLite's 32,766).
-const SQLITE_CHUNK: usize = 1000;
 
 /// One tenant's vectors to store, encoded for storage (`vector_codec`), with what the
 /// writer knows of how their entries were read.
@@ -171,7 +172,8 @@ async fn upsert_pg(
     first: i64,
     fenced: bool,
 ) -> Result<u64, sqlx::Error> {
-    let sql = format!("{WRITE_PG} WHERE {} {UPSERT_VECTOR}", if fenced { FENCE } else { "true" });
+    let check = if fenced { fence("$1", "i.id", "i.version") } else { "true".to_string() };
+    let sql = format!("{WRITE_PG} WHERE {check} {UPSERT_VECTOR}");
     let now = super::now_ms();
     let mut written = 0;
     for (k, (entries, blobs)) in batch.entries.chunks(PG_CHUNK).zip(batch.blobs.chunks(PG_CHUNK)).enumerate() {
@@ -240,18 +242,27 @@ impl WriteVectors for sqlx::PgConnection {
 
 impl WriteVectors for sqlx::SqliteConnection {
     async fn write_vectors(&mut self, batch: &VectorBatch<'_>) -> Result<Written, sqlx::Error> {
-        let (mut seq, unchanged) = heads!(self, "MAX", batch);
-        let (now, mut vectors) = (super::now_ms(), 0);
-        for (entries, blobs) in batch.entries.chunks(SQLITE_CHUNK).zip(batch.blobs.chunks(SQLITE_CHUNK)) {
-            let sql = write_sqlite_sql(entries.len(), !unchanged);
-            let mut q =
-                sqlx::query(AssertSqlSafe(sql)).bind(batch.tenant).bind(batch.model).bind(batch.dim as i64).bind(now);
-            for (e, blob) in entries.iter().zip(blobs) {
-                q = q.bind(e.id.as_str()).bind(e.version).bind(blob.as_slice()).bind(seq);
-                seq += 1;
-            }
-            vectors += q.execute(&mut *self).await?.rows_affected();
-        }
+        let (first, unchanged) = heads!(self, "MAX", batch);
+        let now = super::now_ms();
+        let rows: Vec<[Arg<'_>; 8]> = batch
+            .entries
+            .iter()
+            .zip(batch.blobs)
+            .enumerate()
+            .map(|(i, (e, blob))| {
+                [
+                    Arg::Text(batch.tenant),
+                    Arg::Text(&e.id),
+                    Arg::Int(e.version),
+                    Arg::Text(batch.model),
+                    Arg::Int(batch.dim as i64),
+                    Arg::Blob(blob),
+                    Arg::Int(first + i as i64),
+                    Arg::Int(now),
+                ]
+            })
+            .collect();
+        let vectors = execute_rows(self, &write_sqlite_sql(!unchanged), rows.iter().map(|r| &r[..])).await?;
         Ok(Written { vectors, bulk_conflict: false })
     }
 }
