@@ -100,13 +100,14 @@ impl Db {
                 .max_connections(max_connections)
                 // A few connections kept open: a burst (a rebuild's reader and writer beside
                 // the API) then finds them ready. A connection made mid-burst was measured
-                // to answer its first large result ~90 ms late. The pool fills them in the
-                // background after its first use (the probe above already failed fast), so
-                // start-up does not wait for them.
+                // to answer its first large result ~90 ms late. Opened at start-up (tens of
+                // milliseconds; a lazily filled pool was found still cold when the burst came).
                 .min_connections(max_connections.min(WARM_CONNECTIONS))
                 .acquire_timeout(Duration::from_secs(10))
                 .after_connect(|conn, _| Box::pin(crate::nodelay::disable_nagle(conn)))
-                .connect_lazy_with(options);
+                .connect_with(options)
+                .await
+                .with_context(|| format!("cannot connect to PostgreSQL at {shown}"))?;
             Ok(Db::Postgres(pool))
         } else if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)
