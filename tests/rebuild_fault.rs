@@ -6,16 +6,19 @@
 #[path = "support/child.rs"]
 mod child;
 mod common;
+#[path = "support/insights.rs"]
+mod insights;
 
 use std::time::{Duration, Instant};
 
 use child::{Proc, Service, ServiceEnv, free_port};
 use common::{Backend, fresh_database, redis_url, unique};
-use context_jobs::contract::{ContextInsight, ContextInsightKind, ContextInsightStatus, ContextProvenance};
+use context_jobs::contract::{ContextInsight, ContextInsightStatus};
 use context_ops::auth::TenantKey;
-use context_ops::db::{BeginWrite as _, Db};
+use context_ops::db::Db;
 use context_ops::store::vectors::{coverage, watermark};
-use context_ops::{import_entries, with_pool};
+use context_ops::with_pool;
+use insights::{import, insight};
 use serde_json::{Value, json};
 
 const ENTRIES: usize = 40_000;
@@ -23,35 +26,18 @@ const OPS: &str = "/internal/v1/context/operations";
 
 fn seed_entry(i: usize) -> ContextInsight {
     ContextInsight {
-        id: format!("e{i:06}"),
-        kind: ContextInsightKind::Fact,
-        content: json!(format!("note {i} about topic {} and detail {}", i % 97, i % 13)),
         attributes: Value::Null,
         version: 1 + (i % 3) as u64,
         // Every tenth entry is not active: it must never get a vector.
         status: if i.is_multiple_of(10) { ContextInsightStatus::Merged } else { ContextInsightStatus::Active },
-        provenance: ContextProvenance {
-            conversation_id: "c".into(),
-            message_ids: vec![],
-            extractor_ref: None,
-            observed_at_ms: 0,
-        },
-        superseded_by: None,
-        expires_at_ms: None,
-        created_at_ms: 1,
-        updated_at_ms: 1,
+        ..insight(format!("e{i:06}"), json!(format!("note {i} about topic {} and detail {}", i % 97, i % 13)))
     }
 }
 
 async fn seed(db: &Db, tenant: &TenantKey) {
     let all: Vec<ContextInsight> = (0..ENTRIES).map(seed_entry).collect();
     for chunk in all.chunks(5_000) {
-        with_pool!(db, pool => {
-            let mut tx = pool.begin_write().await.unwrap();
-            let (inserted, _) = import_entries!(&mut *tx, tenant.as_str(), chunk).unwrap();
-            assert_eq!(inserted as usize, chunk.len());
-            tx.commit().await.unwrap();
-        });
+        import(db, tenant.as_str(), chunk).await;
     }
 }
 

@@ -4,14 +4,16 @@
 //! `rebuild_vector` operation on both submission paths, and bad input.
 
 mod common;
+#[path = "support/insights.rs"]
+mod insights;
 
 use std::time::{Duration, Instant};
 
 use common::{Backend, TestApp, assert_api_error};
-use context_jobs::contract::{ContextInsight, ContextInsightKind, ContextInsightStatus, ContextProvenance};
+use context_jobs::contract::{ContextInsight, ContextInsightStatus};
 use context_ops::auth::TenantKey;
-use context_ops::db::{BeginWrite as _, Db};
-use context_ops::{import_entries, with_pool};
+use context_ops::db::Db;
+use insights::{import, insight};
 use serde_json::{Value, json};
 
 const PUT: &str = "/internal/v1/context/entries";
@@ -152,22 +154,13 @@ async fn ties_break_by_id_and_only_live_entries(app: TestApp) {
     let tenant = TenantKey::default_tenant();
     let past = context_ops::store::now_ms() - 1;
     let make = |id: &str, status: ContextInsightStatus, expires: Option<i64>| ContextInsight {
-        id: id.into(),
-        kind: ContextInsightKind::Fact,
-        content: json!("identical twin text about sailing"),
         attributes: Value::Null,
         version: 3,
         status,
-        provenance: ContextProvenance {
-            conversation_id: "c".into(),
-            message_ids: vec![],
-            extractor_ref: None,
-            observed_at_ms: 0,
-        },
-        superseded_by: None,
         expires_at_ms: expires,
         created_at_ms: 1_000,
         updated_at_ms: 1_000,
+        ..insight(id, json!("identical twin text about sailing"))
     };
     let items = vec![
         make("twin-b", ContextInsightStatus::Active, None),
@@ -176,11 +169,7 @@ async fn ties_break_by_id_and_only_live_entries(app: TestApp) {
         make("twin-d", ContextInsightStatus::Merged, None),
         make("twin-e", ContextInsightStatus::Corrected, None),
     ];
-    with_pool!(&db, pool => {
-        let mut tx = pool.begin_write().await.unwrap();
-        import_entries!(&mut *tx, tenant.as_str(), &items).unwrap();
-        tx.commit().await.unwrap();
-    });
+    import(&db, tenant.as_str(), &items).await;
     wait_projected(&app, 5).await;
     for _ in 0..3 {
         let r = recall(&app, json!({"query": "sailing twin"})).await;

@@ -4,14 +4,16 @@
 //! are printed. Runs over real HTTP on SQLite with the built-in hashing embedder.
 
 mod common;
+#[path = "support/insights.rs"]
+mod insights;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use common::{Backend, TestApp};
-use context_jobs::contract::{ContextInsight, ContextInsightKind, ContextInsightStatus, ContextProvenance};
-use context_ops::db::{BeginWrite as _, Db};
-use context_ops::{import_entries, with_pool};
+use context_jobs::contract::ContextInsight;
+use context_ops::db::Db;
+use insights::{import, insight};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -60,31 +62,15 @@ async fn hybrid_beats_lexical_only_and_vector_only() {
         .entries
         .iter()
         .map(|e| ContextInsight {
-            id: e.id.clone(),
-            kind: ContextInsightKind::Fact,
-            content: json!(e.text),
             attributes: Value::Null,
-            version: 1,
-            status: ContextInsightStatus::Active,
-            provenance: ContextProvenance {
-                conversation_id: "c".into(),
-                message_ids: vec![],
-                extractor_ref: None,
-                observed_at_ms: 0,
-            },
-            superseded_by: None,
-            expires_at_ms: None,
             // One timestamp for all: recency cannot tell them apart.
             created_at_ms: 1_000,
             updated_at_ms: 1_000,
+            ..insight(e.id.clone(), json!(e.text))
         })
         .collect();
     let db = Db::connect(&app.database_url, 2).await.unwrap();
-    with_pool!(&db, pool => {
-        let mut tx = pool.begin_write().await.unwrap();
-        import_entries!(&mut *tx, "default/default", &entries).unwrap();
-        tx.commit().await.unwrap();
-    });
+    import(&db, "default/default", &entries).await;
     db.close().await;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

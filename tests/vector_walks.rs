@@ -6,50 +6,27 @@
 //! one refuses it.
 
 mod common;
+#[path = "support/insights.rs"]
+mod insights;
 
 use common::{Backend, fresh_database};
-use context_jobs::contract::{ContextInsight, ContextInsightKind, ContextInsightStatus, ContextProvenance};
 use context_jobs::embed::hashing_embed;
 use context_ops::auth::TenantKey;
 use context_ops::db::{BeginWrite as _, Db};
 use context_ops::store::vector_writes::{VectorBatch, WriteVectors as _, Written, encode_all};
 use context_ops::store::vectors::{WalkPage, coverage, walk_page};
-use context_ops::{import_entries, with_pool};
+use context_ops::with_pool;
+use insights::{import, insight};
 use serde_json::json;
 
 const N: usize = 3_000;
-
-fn entry(i: usize) -> ContextInsight {
-    ContextInsight {
-        id: format!("e-{i:05}"),
-        kind: ContextInsightKind::Fact,
-        content: json!(format!("entry number {i}")),
-        attributes: json!({}),
-        version: 1,
-        status: ContextInsightStatus::Active,
-        provenance: ContextProvenance {
-            conversation_id: "conv".into(),
-            message_ids: vec![],
-            extractor_ref: None,
-            observed_at_ms: 0,
-        },
-        superseded_by: None,
-        expires_at_ms: None,
-        created_at_ms: 1,
-        updated_at_ms: 1,
-    }
-}
 
 async fn setup(backend: Backend, dir: &std::path::Path) -> (Db, TenantKey) {
     let db = Db::connect(&fresh_database(backend, dir).await, 4).await.unwrap();
     db.migrate().await.unwrap();
     let tenant = TenantKey::new("t", "walks");
-    let items: Vec<ContextInsight> = (0..N).map(entry).collect();
-    with_pool!(&db, pool => {
-        let mut tx = pool.begin_write().await.unwrap();
-        import_entries!(&mut *tx, tenant.as_str(), &items).unwrap();
-        tx.commit().await.unwrap();
-    });
+    let items: Vec<_> = (0..N).map(|i| insight(format!("e-{i:05}"), json!(format!("entry number {i}")))).collect();
+    import(&db, tenant.as_str(), &items).await;
     (db, tenant)
 }
 

@@ -5,38 +5,24 @@
 //! projection watermark follows walks in change order.
 
 mod common;
+#[path = "support/insights.rs"]
+mod insights;
 
 use common::{Backend, fresh_database};
-use context_jobs::contract::{ContextInsight, ContextInsightKind, ContextInsightStatus, ContextProvenance};
+use context_jobs::contract::{ContextInsight, ContextInsightStatus};
 use context_jobs::embed::hashing_embed;
 use context_ops::auth::TenantKey;
 use context_ops::db::{BeginWrite as _, Db};
 use context_ops::store::vector_writes::{VectorBatch, WriteVectors as _, encode_all};
 use context_ops::store::vectors::{ToEmbed, coverage, walk_page, watermark};
-use context_ops::{import_entries, with_pool};
+use context_ops::with_pool;
+use insights::{import, insight};
 use serde_json::json;
 
 const ACTIVE: usize = 1_201;
 
 fn entry(id: String, status: ContextInsightStatus) -> ContextInsight {
-    ContextInsight {
-        id,
-        kind: ContextInsightKind::Fact,
-        content: json!("some content"),
-        attributes: json!({}),
-        version: 2,
-        status,
-        provenance: ContextProvenance {
-            conversation_id: "conv".into(),
-            message_ids: vec![],
-            extractor_ref: None,
-            observed_at_ms: 0,
-        },
-        superseded_by: None,
-        expires_at_ms: None,
-        created_at_ms: 1,
-        updated_at_ms: 1,
-    }
+    ContextInsight { version: 2, status, ..insight(id, json!("some content")) }
 }
 
 fn to_embed(tenant: &TenantKey, id: &str, version: i64) -> ToEmbed {
@@ -74,11 +60,7 @@ async fn vectors_are_written_only_for_current_versions(backend: Backend) {
     let mut items: Vec<ContextInsight> =
         (0..ACTIVE).map(|i| entry(format!("a-{i:05}"), ContextInsightStatus::Active)).collect();
     items.push(entry("gone".into(), ContextInsightStatus::Expired));
-    with_pool!(&db, pool => {
-        let mut tx = pool.begin_write().await.unwrap();
-        import_entries!(&mut *tx, tenant.as_str(), &items).unwrap();
-        tx.commit().await.unwrap();
-    });
+    import(&db, tenant.as_str(), &items).await;
     assert_eq!(coverage(&db, &tenant).await.unwrap(), (ACTIVE as i64, 0));
     let source = ACTIVE as u64 + 1;
     let mark = watermark(&db, &tenant).await.unwrap();

@@ -71,13 +71,7 @@ async fn from_artifact(ctx: &JobCtx, id: &str, checkpoint: Option<ImportCheckpoi
             let total = validate(ctx, &artifact).await?;
             let checkpoint = ImportCheckpoint::default();
             let progress = progress("importing", &checkpoint, total);
-            let cancel = with_pool!(&ctx.db, pool => {
-                let mut tx = pool.begin_write().await?;
-                let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress)?;
-                tx.commit().await?;
-                cancel
-            });
-            ctx.boundary(cancel)?;
+            ctx.save_progress(&progress).await?;
             (checkpoint, total)
         }
     };

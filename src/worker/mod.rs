@@ -17,9 +17,10 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::db::BeginWrite as _;
 use crate::db::Db;
 use crate::store::StoreError;
-use crate::store::leases::{FenceError, Lease};
+use crate::store::leases::{FenceError, Lease, Progress};
 use crate::store::operations::OperationRow;
 use context_jobs::operation::error_code;
 
@@ -83,6 +84,18 @@ pub struct JobCtx {
 }
 
 impl JobCtx {
+    /// Commit `progress` alone (a job's plan, before its first batch) in its own fenced
+    /// transaction, then stop at this boundary if asked to.
+    pub async fn save_progress(&self, progress: &Progress) -> Result<(), JobError> {
+        let cancel = crate::with_pool!(&self.db, pool => {
+            let mut tx = pool.begin_write().await?;
+            let cancel = crate::fenced_checkpoint!(&mut *tx, &self.lease, progress)?;
+            tx.commit().await?;
+            cancel
+        });
+        self.boundary(cancel)
+    }
+
     /// Called after each committed batch: stop if cancellation was requested or the
     /// process is shutting down (the committed checkpoint is where the next run resumes).
     pub fn boundary(&self, cancel_requested: bool) -> Result<(), JobError> {

@@ -138,13 +138,7 @@ pub async fn run(ctx: &JobCtx, conversation_id: &str, policy: &RetentionPolicy) 
                 total,
                 checkpoint: Some(serde_json::to_string(&at).unwrap_or_default()),
             };
-            let cancel = with_pool!(&ctx.db, pool => {
-                let mut tx = pool.begin_write().await?;
-                let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress)?;
-                tx.commit().await?;
-                cancel
-            });
-            ctx.boundary(cancel)?;
+            ctx.save_progress(&progress).await?;
             at
         }
     };

@@ -60,13 +60,7 @@ async fn start(
     let total = active_after(&ctx.db, tenant, after_seq).await?;
     let at = Checkpoint { after_seq, written: 0 };
     let progress = Progress { phase: "embedding", processed: 0, total, checkpoint: checkpoint_text(&at) };
-    let cancel = with_pool!(&ctx.db, pool => {
-        let mut tx = pool.begin_write().await?;
-        let cancel = fenced_checkpoint!(&mut *tx, &ctx.lease, &progress)?;
-        tx.commit().await?;
-        cancel
-    });
-    ctx.boundary(cancel)?;
+    ctx.save_progress(&progress).await?;
     Ok((at, total, reader))
 }
 

@@ -1,0 +1,42 @@
+//! Entries for store-level tests: a plain active fact to adjust with struct update syntax,
+//! and an import of entries exactly as given (the path export/import takes).
+#![allow(dead_code)]
+
+use context_jobs::contract::{ContextInsight, ContextInsightKind, ContextInsightStatus, ContextProvenance};
+use context_ops::db::{BeginWrite as _, Db};
+use context_ops::{import_entries, with_pool};
+use serde_json::{Value, json};
+
+/// An active `fact` at version 1 in conversation `c`, created and updated at 1 ms.
+pub fn insight(id: impl Into<String>, content: Value) -> ContextInsight {
+    ContextInsight {
+        id: id.into(),
+        kind: ContextInsightKind::Fact,
+        content,
+        attributes: json!({}),
+        version: 1,
+        status: ContextInsightStatus::Active,
+        provenance: ContextProvenance {
+            conversation_id: "c".into(),
+            message_ids: vec![],
+            extractor_ref: None,
+            observed_at_ms: 0,
+        },
+        superseded_by: None,
+        expires_at_ms: None,
+        created_at_ms: 1,
+        updated_at_ms: 1,
+    }
+}
+
+/// Import new `entries` into `tenant` in one write transaction (change sequences in
+/// order); every one must go in.
+pub async fn import(db: &Db, tenant: &str, entries: &[ContextInsight]) {
+    let (inserted, _) = with_pool!(db, pool => {
+        let mut tx = pool.begin_write().await.unwrap();
+        let counts = import_entries!(&mut *tx, tenant, entries).unwrap();
+        tx.commit().await.unwrap();
+        counts
+    });
+    assert_eq!(inserted as usize, entries.len(), "every entry is new");
+}
