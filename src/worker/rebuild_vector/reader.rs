@@ -1,6 +1,7 @@
-//! The rebuild's read-ahead: a task that walks the tenant's pages, embeds them and encodes
-//! the vectors, up to `AHEAD` batches in front of the writer, so reading and embedding
-//! (one core) overlap writing (the database's). Dropping the reader stops the task.
+//! The rebuild's read-ahead, two stages in front of the writer: one task walks the tenant's
+//! pages, another embeds them and encodes the vectors, so the next page is read while this
+//! one is embedded and both overlap writing. Each stage runs at most `AHEAD` batches ahead
+//! of the next. Dropping the reader stops both.
 
 use std::sync::Arc;
 
@@ -13,9 +14,9 @@ use crate::store::vectors::{WalkPage, walk_page};
 use crate::worker::JobError;
 use context_jobs::operation::error_code;
 
-/// Batches waiting in the channel. One more is being made meanwhile, so the writer has up to
-/// two in front of it: enough to absorb either side's variance (a slow embedding, a slow
-/// commit) without stalling the other.
+/// Batches waiting between two stages. One more is being made meanwhile, so each stage has
+/// up to two in front of the next: enough to absorb either side's variance (a slow read, a
+/// slow embedding, a slow commit) without stalling the other.
 const AHEAD: usize = 1;
 
 /// A page of entries and their vectors (dimension, stored form), in order.
@@ -27,39 +28,48 @@ pub struct Batch {
 
 pub struct Reader {
     batches: mpsc::Receiver<Result<Batch, JobError>>,
-    task: tokio::task::JoinHandle<()>,
+    tasks: [tokio::task::JoinHandle<()>; 2],
 }
 
 impl Drop for Reader {
     fn drop(&mut self) {
-        self.task.abort();
+        self.tasks.iter().for_each(|t| t.abort());
     }
 }
 
 impl Reader {
     /// Walk `tenant`'s active entries after change sequence `after`, `batch` at a time.
     pub fn spawn(db: Db, embedder: Arc<Embedder>, tenant: String, after: i64, batch: i64) -> Self {
-        let (send, batches) = mpsc::channel(AHEAD);
-        let task = tokio::spawn(async move {
+        let (send_page, mut pages) = mpsc::channel::<Result<WalkPage, JobError>>(AHEAD);
+        let walk = tokio::spawn(async move {
             // The first page is a quarter of a batch, so the writer starts early (the pipeline
             // fills in a quarter of the time); the rest are whole batches.
             let (mut after, mut limit) = (after, (batch / 4).max(1));
             loop {
-                let next = read_and_embed(&db, &embedder, &tenant, after, limit).await;
+                let page = walk_page(&db, &tenant, after, limit).await.map_err(JobError::from);
                 limit = batch;
-                let stop = match &next {
-                    Ok(b) => {
-                        after = b.page.next_after;
-                        b.page.last
-                    }
-                    Err(_) => true,
-                };
-                if send.send(next).await.is_err() || stop {
+                let stop = page.as_ref().map_or(true, |p| p.last);
+                if let Ok(p) = &page {
+                    after = p.next_after;
+                }
+                if send_page.send(page).await.is_err() || stop {
                     return;
                 }
             }
         });
-        Self { batches, task }
+        let (send, batches) = mpsc::channel(AHEAD);
+        let embed = tokio::spawn(async move {
+            while let Some(page) = pages.recv().await {
+                let batch = match page {
+                    Ok(page) => embed_page(&embedder, page).await,
+                    Err(e) => Err(e),
+                };
+                if send.send(batch).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Self { batches, tasks: [walk, embed] }
     }
 
     /// The next batch, in walk order.
@@ -68,9 +78,8 @@ impl Reader {
     }
 }
 
-/// One batch: the next page after `after` and its encoded vectors.
-async fn read_and_embed(db: &Db, embedder: &Embedder, tenant: &str, after: i64, batch: i64) -> Result<Batch, JobError> {
-    let page = walk_page(db, tenant, after, batch).await?;
+/// A page's encoded vectors.
+async fn embed_page(embedder: &Embedder, page: WalkPage) -> Result<Batch, JobError> {
     let texts = super::super::projector::texts(&page.items);
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let vectors = embedder.embed(&refs).await.map_err(|e| match e {
