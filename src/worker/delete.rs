@@ -73,15 +73,20 @@ pub async fn run(ctx: &JobCtx, conversation_id: &str) -> Result<Value, JobError>
                 .await?
                 .rows_affected() as i64,
             };
-            let more: Option<i64> = sqlx::query_scalar(
-                "SELECT sequence FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence > $3 \
-                 ORDER BY sequence LIMIT 1",
-            )
-            .bind(tenant)
-            .bind(conversation_id)
-            .bind(end)
-            .fetch_optional(&mut *tx)
-            .await?;
+            // Nothing after the checkpoint at all (an empty conversation, or a resumed run
+            // whose last batch had committed): nothing after `end` either.
+            let more: Option<i64> = match first {
+                None => None,
+                Some(_) => sqlx::query_scalar(
+                    "SELECT sequence FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence > $3 \
+                     ORDER BY sequence LIMIT 1",
+                )
+                .bind(tenant)
+                .bind(conversation_id)
+                .bind(end)
+                .fetch_optional(&mut *tx)
+                .await?,
+            };
             let last = more.is_none();
             let next = Checkpoint { after_sequence: end };
             let progress = Progress {
