@@ -25,16 +25,16 @@ fn entry(id: String, status: ContextInsightStatus) -> ContextInsight {
     ContextInsight { version: 2, status, ..insight(id, json!("some content")) }
 }
 
-fn to_embed(tenant: &TenantKey, id: &str, version: i64) -> ToEmbed {
-    ToEmbed { tenant: tenant.as_str().to_string(), id: id.into(), version, content: "\"some content\"".into() }
+fn to_embed(id: &str, version: i64) -> ToEmbed {
+    ToEmbed { id: id.into(), version, content: "\"some content\"".into() }
 }
 
 /// Store `batch`'s vectors (each embeds its id) in one transaction, moving the watermark
 /// to `covered` when given.
-async fn write_covering(db: &Db, model: &str, batch: &[ToEmbed], covered: Option<i64>) -> u64 {
+async fn write_covering(db: &Db, tenant: &TenantKey, model: &str, batch: &[ToEmbed], covered: Option<i64>) -> u64 {
     let (dim, blobs) = encode_all(&batch.iter().map(|e| hashing_embed(&e.id, 32)).collect::<Vec<_>>());
-    let tenant = batch.first().map_or(TenantKey::new("t", "p").as_str().to_string(), |e| e.tenant.clone());
-    let vectors = VectorBatch { covered_through: covered, ..VectorBatch::new(&tenant, model, dim, batch, &blobs) };
+    let vectors =
+        VectorBatch { covered_through: covered, ..VectorBatch::new(tenant.as_str(), model, dim, batch, &blobs) };
     with_pool!(db, pool => {
         let mut tx = pool.begin_write().await.unwrap();
         let n = tx.write_vectors(&vectors).await.unwrap().vectors;
@@ -43,8 +43,8 @@ async fn write_covering(db: &Db, model: &str, batch: &[ToEmbed], covered: Option
     })
 }
 
-async fn write(db: &Db, model: &str, batch: &[ToEmbed]) -> u64 {
-    write_covering(db, model, batch, None).await
+async fn write(db: &Db, tenant: &TenantKey, model: &str, batch: &[ToEmbed]) -> u64 {
+    write_covering(db, tenant, model, batch, None).await
 }
 
 /// One number from SQL with the tenant as `$1`.
@@ -78,20 +78,20 @@ async fn vectors_are_written_only_for_current_versions(backend: Backend) {
 
     // More than one statement's worth on either engine, plus an entry that is not active;
     // the watermark moves with the vectors, in the same transaction.
-    let mut batch: Vec<ToEmbed> = items.iter().map(|e| to_embed(&tenant, &e.id, 2)).collect();
-    assert_eq!(write_covering(&db, "m1", &batch[..1000], Some(1000)).await, 1000);
+    let mut batch: Vec<ToEmbed> = items.iter().map(|e| to_embed(&e.id, 2)).collect();
+    assert_eq!(write_covering(&db, &tenant, "m1", &batch[..1000], Some(1000)).await, 1000);
     assert_eq!(watermark(&db, &tenant).await.unwrap().lag, source - 1000);
-    assert_eq!(write_covering(&db, "m1", &batch[1000..], Some(source as i64)).await, ACTIVE as u64 - 1000);
+    assert_eq!(write_covering(&db, &tenant, "m1", &batch[1000..], Some(source as i64)).await, ACTIVE as u64 - 1000);
     assert_eq!(coverage(&db, &tenant).await.unwrap(), (ACTIVE as i64, ACTIVE as i64));
     assert_eq!(watermark(&db, &tenant).await.unwrap().lag, 0);
     // An older walk finishing late never moves the watermark back.
-    assert_eq!(write_covering(&db, "m1", &[], Some(5)).await, 0);
+    assert_eq!(write_covering(&db, &tenant, "m1", &[], Some(5)).await, 0);
     assert_eq!(watermark(&db, &tenant).await.unwrap().projected_version, source);
     let seqs = scalar(&db, "SELECT COUNT(DISTINCT written_seq) FROM context_entry_vectors WHERE tenant = $1", &tenant);
     assert_eq!(seqs.await, ACTIVE as i64, "each vector write has its own sequence number");
     let max_seq = "SELECT MAX(written_seq) FROM context_entry_vectors WHERE tenant = $1";
     let before = scalar(&db, max_seq, &tenant).await;
-    assert_eq!(write(&db, "m1", &batch).await, 0, "identical vectors are not rewritten");
+    assert_eq!(write(&db, &tenant, "m1", &batch).await, 0, "identical vectors are not rewritten");
     assert_eq!(scalar(&db, max_seq, &tenant).await, before, "nothing for the recall index to re-read");
 
     // An entry changes (a correction bumps its version and takes the next change
@@ -112,12 +112,12 @@ async fn vectors_are_written_only_for_current_versions(backend: Backend) {
             .unwrap();
     });
     assert_eq!(watermark(&db, &tenant).await.unwrap().lag, 1, "the changed entry is above the watermark");
-    assert_eq!(write(&db, "m1", &[to_embed(&tenant, "a-00001", 2)]).await, 0, "the old version's vector is refused");
+    assert_eq!(write(&db, &tenant, "m1", &[to_embed("a-00001", 2)]).await, 0, "the old version's vector is refused");
     assert_eq!(coverage(&db, &tenant).await.unwrap(), (ACTIVE as i64, ACTIVE as i64 - 1));
     let stale = walk_page(&db, tenant.as_str(), source as i64, 1000).await.unwrap();
     assert_eq!(stale.items.iter().map(|e| (e.id.as_str(), e.version)).collect::<Vec<_>>(), [("a-00001", 3)]);
-    assert_eq!(write_covering(&db, "m1", &stale.items, Some(stale.covered_through)).await, 1);
-    assert_eq!(write(&db, "m1", &[to_embed(&tenant, "a-00001", 2)]).await, 0, "never back to an older version");
+    assert_eq!(write_covering(&db, &tenant, "m1", &stale.items, Some(stale.covered_through)).await, 1);
+    assert_eq!(write(&db, &tenant, "m1", &[to_embed("a-00001", 2)]).await, 0, "never back to an older version");
     let v = "SELECT version FROM context_entry_vectors WHERE tenant = $1 AND entry_id = 'a-00001'";
     assert_eq!(scalar(&db, v, &tenant).await, 3);
     assert_eq!(coverage(&db, &tenant).await.unwrap(), (ACTIVE as i64, ACTIVE as i64));
@@ -125,7 +125,7 @@ async fn vectors_are_written_only_for_current_versions(backend: Backend) {
 
     // Re-embedding everything under another model (a forced rebuild): in place, one each.
     batch[1].version = 3;
-    assert_eq!(write(&db, "m2", &batch).await, ACTIVE as u64);
+    assert_eq!(write(&db, &tenant, "m2", &batch).await, ACTIVE as u64);
     assert_eq!(coverage(&db, &tenant).await.unwrap(), (ACTIVE as i64, ACTIVE as i64));
     let m2 = "SELECT COUNT(*) FROM context_entry_vectors WHERE tenant = $1 AND model = 'm2'";
     assert_eq!(scalar(&db, m2, &tenant).await, ACTIVE as i64);
@@ -133,7 +133,7 @@ async fn vectors_are_written_only_for_current_versions(backend: Backend) {
     assert_eq!(scalar(&db, all, &tenant).await, ACTIVE as i64);
     // Another tenant's entries of the same ids are untouched.
     let other = TenantKey::new("t", "other");
-    assert_eq!(write(&db, "m1", &[to_embed(&other, "a-00002", 2)]).await, 0, "no such entry in that tenant");
+    assert_eq!(write(&db, &other, "m1", &[to_embed("a-00002", 2)]).await, 0, "no such entry in that tenant");
 }
 
 #[tokio::test]

@@ -18,10 +18,9 @@ use crate::with_pool;
 use context_jobs::contract::IndexWatermark;
 use context_jobs::vector_codec::decode_vector;
 
-/// An entry version to embed.
+/// An entry version to embed (of the page's or batch's tenant).
 #[derive(Debug, Clone)]
 pub struct ToEmbed {
-    pub tenant: String,
     pub id: String,
     pub version: i64,
     /// The entry's `content` JSON.
@@ -72,10 +71,7 @@ pub async fn walk_page(db: &Db, tenant: &str, after: i64, limit: i64) -> StoreRe
     let last_seq = rows.last().map_or(after, |r| r.2);
     let read_at = head.unwrap_or(0);
     let covered_through = if last { last_seq.max(read_at) } else { last_seq };
-    let items = rows
-        .into_iter()
-        .map(|(id, version, _, content)| ToEmbed { tenant: tenant.to_string(), id, version, content })
-        .collect();
+    let items = rows.into_iter().map(|(id, version, _, content)| ToEmbed { id, version, content }).collect();
     Ok(WalkPage { items, next_after: last_seq, covered_through, last, read_at })
 }
 
