@@ -7,7 +7,7 @@
 //! full chunks are ready they commit on their own task — the chunks plus the checkpoint
 //! (read positions and the encoder state: bytes handed out, the partial-chunk carry,
 //! counts, section) in one transaction fenced by the lease — while encoding goes on (see
-//! `Commits`: inserts overlap, checkpoints land in order). The check runs after every
+//! `commits.rs`: inserts overlap, checkpoints land in order). The check runs after every
 //! record, so a commit follows a chunk boundary and its carry is less than one line.
 //! Memory is a few pages and a few chunks, whatever the size of the export.
 //!
@@ -18,25 +18,24 @@
 //! not change meanwhile (an export is not a snapshot: rows written behind its read position
 //! during the run are not in it).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+mod commits;
+
+use commits::Commits;
+
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 
 use super::{JobCtx, JobError};
 use crate::auth::TenantKey;
-use crate::db::{BeginWrite as _, Db, Engine};
-use crate::store::artifact_exports::{discard_export, is_missing_parent};
+use crate::db::BeginWrite as _;
+use crate::store::artifact_exports::discard_export;
 use crate::store::export_pages::{self, StoredPage};
 use crate::store::fenced::SET_ARTIFACT_REF_SQL;
-use crate::store::leases::{Lease, Progress};
+use crate::store::leases::Progress;
 use crate::store::{artifacts, entries, messages};
-use crate::{
-    create_export_artifact, fenced_checkpoint, insert_export_chunks, relax_commit, seal_export_artifact,
-    touch_export_artifact, with_pool,
-};
+use crate::{create_export_artifact, fenced_checkpoint, insert_export_chunks, with_pool};
 use context_jobs::artifact::{
     ArtifactDigest, EncodeError, Encoder, Finished, Header, Section, error_code as artifact_code,
 };
@@ -48,8 +47,6 @@ use context_jobs::operation::error_code;
 const COMMIT_CHUNKS: usize = 4;
 /// Pages the reader may fetch ahead of the encoder.
 const PAGES_AHEAD: usize = 2;
-/// Commits that may hold chunks at once (their inserts overlap; they commit in order).
-const COMMITS_IN_FLIGHT: usize = 2;
 
 pub async fn run(ctx: &JobCtx, job: &ExportJob) -> Result<Value, JobError> {
     let checkpoint = match &ctx.operation.checkpoint {
@@ -236,152 +233,6 @@ fn spawn_reader(
         }
     });
     rx
-}
-
-/// The commits of one export. Each runs on its own task while encoding goes on: its chunk
-/// inserts start at once (on PostgreSQL; SQLite's single writer waits first), then it waits
-/// for the commit before it to finish and only then writes its checkpoint and commits — so checkpoints land in order, and a failed or
-/// cancelled commit stops every later one before it commits. At most
-/// [`COMMITS_IN_FLIGHT`] exist at a time (each holds its chunks).
-struct Commits {
-    latest: Option<Commit>,
-    slots: Arc<Semaphore>,
-    /// Set by a commit that failed or saw a cancel request: the job stops.
-    stop: Arc<AtomicBool>,
-}
-
-struct Commit(tokio::task::JoinHandle<Result<bool, JobError>>);
-
-impl Commits {
-    fn new() -> Self {
-        Self {
-            latest: None,
-            slots: Arc::new(Semaphore::new(COMMITS_IN_FLIGHT)),
-            stop: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// Between pages: stop once a commit failed or saw a cancel, or at shutdown.
-    async fn boundary(&mut self, ctx: &JobCtx) -> Result<(), JobError> {
-        if self.stop.load(Ordering::Relaxed) || ctx.shutdown.is_cancelled() {
-            ctx.boundary(self.settle().await?)?;
-        }
-        Ok(())
-    }
-
-    /// Wait for every commit; `Ok(cancel requested)`.
-    async fn settle(&mut self) -> Result<bool, JobError> {
-        match self.latest.take() {
-            Some(latest) => latest.join().await,
-            None => Ok(false),
-        }
-    }
-
-    /// Once another commit may start, take the ready chunks and the checkpoint they
-    /// complete, and commit them after the commits before them.
-    async fn spawn(
-        &mut self,
-        ctx: &JobCtx,
-        encoder: &mut Encoder,
-        checkpoint: &mut ExportCheckpoint,
-        finished: Option<Finished>,
-        (processed, total): (i64, i64),
-        committed: &mut i64,
-    ) {
-        let slot = self.slots.clone().acquire_owned().await.expect("the semaphore is never closed");
-        let chunks = encoder.take_ready();
-        checkpoint.encoder = encoder.state().clone();
-        let phase = if finished.is_some() { "sealing" } else { "exporting" };
-        let progress = Progress { phase, processed, total, checkpoint: Some(encode_checkpoint(checkpoint)) };
-        let (db, lease, artifact_id) = (ctx.db.clone(), ctx.lease.clone(), checkpoint.artifact_id.clone());
-        let records = (processed - std::mem::replace(committed, processed)).max(0) as u64;
-        let (previous, stop) = (self.latest.take(), self.stop.clone());
-        self.latest = Some(Commit(tokio::spawn(async move {
-            let started = Instant::now();
-            let batch =
-                Batch { artifact_id: &artifact_id, chunks: &chunks, finished: finished.as_ref(), progress: &progress };
-            let outcome = commit(&db, &lease, batch, previous).await;
-            drop(slot);
-            if !matches!(outcome, Ok(false)) {
-                stop.store(true, Ordering::Relaxed);
-            }
-            if outcome.is_ok() {
-                metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "export").increment(records);
-            }
-            let bytes: usize = chunks.iter().map(|(_, c)| c.len()).sum();
-            let commit_ms = started.elapsed().as_millis() as u64;
-            tracing::debug!(operation = %lease.operation_id, processed, bytes, commit_ms, "export batch committed");
-            outcome
-        })));
-    }
-}
-
-impl Commit {
-    /// Wait for the commit (and so for every one before it); `Ok(cancel requested)`.
-    async fn join(mut self) -> Result<bool, JobError> {
-        (&mut self.0).await.map_err(|e| JobError::Transient(anyhow::anyhow!("an export commit task failed: {e}")))?
-    }
-}
-
-/// A job that stops early (an error) does not leave its commits running: aborting one
-/// drops its transaction (a rollback) and the commit it was waiting for, and so on down.
-impl Drop for Commit {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// What one commit writes.
-struct Batch<'a> {
-    artifact_id: &'a str,
-    chunks: &'a [(u64, Vec<u8>)],
-    finished: Option<&'a Finished>,
-    progress: &'a Progress,
-}
-
-/// One fenced transaction: the chunks, then — once `previous` has committed — the seal
-/// when finished and the checkpoint. `Ok(true)`: cancel was requested (if `previous` saw
-/// it, this batch is rolled back).
-async fn commit(db: &Db, lease: &Lease, batch: Batch<'_>, previous: Option<Commit>) -> Result<bool, JobError> {
-    let Batch { artifact_id, chunks, finished, progress } = batch;
-    let gone = || {
-        JobError::permanent(artifact_code::NOT_FOUND, format!("artifact {artifact_id} was deleted during the export"))
-    };
-    // SQLite has one writer: a transaction that took the write lock and then waited for
-    // the commit before it would hold off that very commit (until the busy timeout, then
-    // fail it). There, the previous commit finishes first; PostgreSQL overlaps the inserts.
-    let previous = match previous {
-        Some(previous) if db.engine() == Engine::Sqlite => {
-            if previous.join().await? {
-                return Ok(true);
-            }
-            None
-        }
-        previous => previous,
-    };
-    let cancel = with_pool!(db, pool => {
-        let mut tx = pool.begin_write().await?;
-        relax_commit!(&mut *tx, db)?;
-        insert_export_chunks!(&mut *tx, artifact_id, chunks).map_err(|e| if is_missing_parent(&e) { gone() } else { e.into() })?;
-        if let Some(previous) = previous
-            && previous.join().await?
-        {
-            return Ok(true);
-        }
-        if !touch_export_artifact!(&mut *tx, artifact_id)? {
-            return Err(gone());
-        }
-        if let Some(f) = finished
-            && !seal_export_artifact!(&mut *tx, artifact_id, f)?
-        {
-            return Err(gone());
-        }
-        let cancel = fenced_checkpoint!(&mut *tx, lease, progress)?;
-        tx.commit().await?;
-        cancel
-    });
-    // A finished export ignores a late cancel: its artifact is complete.
-    Ok(cancel && finished.is_none())
 }
 
 /// The result of an export whose last batch already committed (a resumed run).
