@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use context_jobs::contract::{ConversationRecord, ConversationScope, MESSAGES_APPEND_PATH, content_text, search_fold};
-use context_ops::config::{Command, Config};
+use context_ops::config::{Config, Role};
 use context_ops::server;
 use serde_json::{Value, json};
 use sqlx::postgres::PgConnection;
@@ -155,14 +155,14 @@ fn rate(messages: usize, elapsed: Duration) -> f64 {
 /// Start the service on `database_url` and append the workload over HTTP.
 async fn run_service(database_url: &str, redis_url: Option<String>, workload: &Workload) -> anyhow::Result<Duration> {
     let mut config = Config::defaults();
-    config.bind = "127.0.0.1:0".parse()?;
-    config.metrics_bind = None;
-    config.database_url = database_url.to_owned();
-    config.redis_url = redis_url;
-    config.queue_namespace = format!("context-ops-bench-{}", ulid::Ulid::generate());
-    config.service_token = Some(TOKEN.into());
-    config.jwt_secret = None;
-    let running = server::start(config, Command::Serve).await.context("service starts")?;
+    config.http.bind = "127.0.0.1:0".parse()?;
+    config.metrics.metrics_bind = None;
+    config.database.database_url = database_url.to_owned();
+    config.queue.redis_url = redis_url;
+    config.queue.queue_namespace = format!("context-ops-bench-{}", ulid::Ulid::generate());
+    config.auth.service_token = Some(TOKEN.into());
+    config.auth.jwt_secret = None;
+    let running = server::start(config, Role::Serve).await.context("service starts")?;
     let url = format!("http://{}{MESSAGES_APPEND_PATH}", running.addr);
 
     let bodies = workload.request_bodies();

@@ -3,7 +3,7 @@
 //!
 //! `cargo bench --bench inference [sqlite|postgres]`
 //!
-//! A fake provider (`tests/support/fake_responses.rs`, a real HTTP server on 127.0.0.1)
+//! A fake provider (`tests/it/harness/fake_responses.rs`, a real HTTP server on 127.0.0.1)
 //! answers every call after a fixed `BENCH_PROVIDER_MS` (default 100 ms). In the same run:
 //!
 //! - baseline: `BENCH_OPS` (default 200) direct `POST /v1/responses` calls to the fake,
@@ -17,14 +17,16 @@
 //! concurrency so no operation waits for a worker slot; `dispatch_interval_ms` stays at
 //! its default (submissions push directly; the dispatcher only recovers).
 
-#[path = "../tests/support/fake_responses.rs"]
+// The test harness's fake provider; the bench uses only part of it.
+#[allow(dead_code)]
+#[path = "../tests/it/harness/fake_responses.rs"]
 mod fake;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
-use context_ops::config::{Command, Config};
+use context_ops::config::{Config, Role};
 use context_ops::server;
 use fake::{FakeProvider, Step, completed_text};
 use serde_json::{Value, json};
@@ -108,12 +110,12 @@ async fn one_operation(client: reqwest::Client, base: String, i: usize) -> anyho
 /// Queue wait (created → claimed) and run time (claimed → finished) of the succeeded
 /// operations submitted since `since_ms` (the warm-up excluded), in ms, from the rows
 /// themselves: (mean, p95, max) of each.
-async fn phases(db: &context_ops::db::Db, since_ms: i64) -> anyhow::Result<[(f64, f64, f64); 2]> {
+async fn phases(db: &context_ops::store::Db, since_ms: i64) -> anyhow::Result<[(f64, f64, f64); 2]> {
     let sql = "SELECT started_at_ms - created_at_ms, finished_at_ms - started_at_ms FROM operations \
                WHERE state = 'succeeded' AND created_at_ms >= $1";
     let rows: Vec<(i64, i64)> = match db {
-        context_ops::db::Db::Postgres(pool) => sqlx::query_as(sql).bind(since_ms).fetch_all(pool).await?,
-        context_ops::db::Db::Sqlite(pool) => sqlx::query_as(sql).bind(since_ms).fetch_all(pool).await?,
+        context_ops::store::Db::Postgres(pool) => sqlx::query_as(sql).bind(since_ms).fetch_all(pool).await?,
+        context_ops::store::Db::Sqlite(pool) => sqlx::query_as(sql).bind(since_ms).fetch_all(pool).await?,
     };
     ensure!(!rows.is_empty(), "no succeeded operations");
     let summary = |mut v: Vec<i64>| {
@@ -134,8 +136,8 @@ async fn bench(
     fake.always(Step::ok(completed_text("benchmark answer")).after(Duration::from_millis(provider_ms)));
     let dir = tempfile::tempdir()?;
     let mut config = Config::defaults();
-    config.bind = "127.0.0.1:0".parse()?;
-    config.database_url = match backend {
+    config.http.bind = "127.0.0.1:0".parse()?;
+    config.database.database_url = match backend {
         "sqlite" => format!("sqlite:{}", dir.path().join("bench.sqlite").display()),
         _ => {
             let server =
@@ -149,17 +151,17 @@ async fn bench(
                 sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&db).await?;
             }
             db.close().await;
-            config.redis_url =
+            config.queue.redis_url =
                 Some(std::env::var("BENCH_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()));
             format!("{server}/context_ops_bench?options[search_path]={schema}")
         }
     };
-    config.queue_namespace = format!("bench-inference-{}", std::process::id());
-    config.worker_concurrency = concurrency;
-    config.responses_base_url = fake.url.clone();
-    config.responses_api_key = Some("bench-key".into());
-    config.retention_sweep_secs = 0;
-    let running = server::start(config, Command::Serve).await?;
+    config.queue.queue_namespace = format!("bench-inference-{}", std::process::id());
+    config.worker.worker_concurrency = concurrency;
+    config.provider.responses_base_url = fake.url.clone();
+    config.provider.responses_api_key = Some("bench-key".into());
+    config.retention.retention_sweep_secs = 0;
+    let running = server::start(config, Role::Serve).await?;
     let base = format!("http://{}", running.addr);
     let client = reqwest::Client::new();
 

@@ -17,10 +17,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use context_jobs::contract::ContextOperationKind;
-use context_ops::config::{Command, Config};
-use context_ops::db::Db;
+use context_jobs::ids::OperationId;
+use context_ops::config::{Config, Role};
 use context_ops::queue::{OperationHandler, Queue};
 use context_ops::server;
+use context_ops::store::Db;
 use futures::future::BoxFuture;
 use serde_json::json;
 use sqlx::AssertSqlSafe;
@@ -44,13 +45,13 @@ async fn fresh_schema(server: &str) -> anyhow::Result<String> {
 
 fn config(database_url: String, redis: &str, namespace: &str) -> Config {
     let mut config = Config::defaults();
-    config.bind = "127.0.0.1:0".parse().unwrap();
-    config.database_url = database_url;
-    config.redis_url = Some(redis.to_string());
-    config.queue_namespace = namespace.to_string();
-    config.retention_sweep_secs = 0;
-    config.worker_concurrency = env_or("BENCH_WORKER_CONCURRENCY", "8").parse().unwrap_or(8);
-    config.dispatch_interval_ms = 500;
+    config.http.bind = "127.0.0.1:0".parse().unwrap();
+    config.database.database_url = database_url;
+    config.queue.redis_url = Some(redis.to_string());
+    config.queue.queue_namespace = namespace.to_string();
+    config.retention.retention_sweep_secs = 0;
+    config.worker.worker_concurrency = env_or("BENCH_WORKER_CONCURRENCY", "8").parse().unwrap_or(8);
+    config.queue.dispatch_interval_ms = 500;
     config
 }
 
@@ -82,7 +83,7 @@ async fn bare_queue(redis: &str, server: &str, n: usize) -> anyhow::Result<f64> 
         let queue = queue.clone();
         tokio::spawn(async move {
             for i in (c..n).step_by(8) {
-                queue.push(ContextOperationKind::Delete, &format!("{i:026}")).await.unwrap();
+                queue.push(ContextOperationKind::Delete, &OperationId::from_stored(format!("{i:026}"))).await.unwrap();
             }
         })
     });
@@ -98,7 +99,7 @@ async fn bare_queue(redis: &str, server: &str, n: usize) -> anyhow::Result<f64> 
 async fn engine(redis: &str, server: &str, n: usize) -> anyhow::Result<f64> {
     let url = fresh_schema(server).await?;
     let running =
-        server::start(config(url, redis, &format!("bench-ops-{}", ulid::Ulid::generate())), Command::Serve).await?;
+        server::start(config(url, redis, &format!("bench-ops-{}", ulid::Ulid::generate())), Role::Serve).await?;
     let base = format!("http://{}/internal/v1/context/conversations/delete", running.addr);
     let client = reqwest::Client::new();
     let started = Instant::now();
@@ -159,7 +160,7 @@ async fn seed(pool: &sqlx::PgPool, conversation: &str, n: i64) -> anyhow::Result
 async fn delete(redis: &str, server: &str, n: i64) -> anyhow::Result<(f64, f64)> {
     let url = fresh_schema(server).await?;
     let running =
-        server::start(config(url, redis, &format!("bench-del-{}", ulid::Ulid::generate())), Command::Serve).await?;
+        server::start(config(url, redis, &format!("bench-del-{}", ulid::Ulid::generate())), Role::Serve).await?;
     let Db::Postgres(pool) = running.state.db.clone() else { anyhow::bail!("expected PostgreSQL") };
     seed(&pool, "ours", n).await?;
     seed(&pool, "baseline", n).await?;

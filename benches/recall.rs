@@ -34,11 +34,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use context_jobs::contract::content_text;
-use context_ops::config::{Command, Config};
-use context_ops::db::Db;
+use context_ops::config::{Config, Role};
 use context_ops::embedder::Embedder;
 use context_ops::server;
-use context_ops::with_pool;
+use context_ops::store::Db;
+use context_ops::store::query;
 use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;
 
@@ -102,8 +102,8 @@ async fn seed(db: &Db, n: usize) -> anyhow::Result<Vec<String>> {
              created_at_ms, updated_at_ms, change_seq) VALUES {}",
             placeholders(chunk.len(), 11)
         );
-        with_pool!(db, pool => {
-            let mut q = sqlx::query(AssertSqlSafe(sql));
+        {
+            let mut q = query(AssertSqlSafe(sql));
             for (j, text) in chunk.iter().enumerate() {
                 let i = chunk_no * ROWS + j;
                 let conversation = format!("conv-{}", i % 100);
@@ -120,16 +120,14 @@ async fn seed(db: &Db, n: usize) -> anyhow::Result<Vec<String>> {
                     .bind(now - (i as i64 % 1000) * 3_600_000)
                     .bind(i as i64 + 1);
             }
-            q.execute(pool).await?;
-        });
+            q.execute(db).await?;
+        }
     }
-    with_pool!(db, pool => {
-        sqlx::query("INSERT INTO context_entry_heads (tenant, source_version) VALUES ($1, $2)")
-            .bind(TENANT)
-            .bind(n as i64)
-            .execute(pool)
-            .await?;
-    });
+    query("INSERT INTO context_entry_heads (tenant, source_version) VALUES ($1, $2)")
+        .bind(TENANT)
+        .bind(n as i64)
+        .execute(db)
+        .await?;
     if let Db::Postgres(pool) = db {
         sqlx::query("ANALYZE").execute(pool).await?;
     }
@@ -171,24 +169,24 @@ async fn database(backend: &str, dir: &std::path::Path) -> anyhow::Result<String
 async fn run(backend: &str, n: usize, queries: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let mut config = Config::defaults();
-    config.bind = "127.0.0.1:0".parse()?;
-    config.database_url = database(backend, dir.path()).await?;
-    config.projector_interval_ms = 0;
-    config.retention_sweep_secs = 0;
-    config.queue_namespace = format!("bench-recall-{}", ulid::Ulid::generate());
+    config.http.bind = "127.0.0.1:0".parse()?;
+    config.database.database_url = database(backend, dir.path()).await?;
+    config.embedder.projector_interval_ms = 0;
+    config.retention.retention_sweep_secs = 0;
+    config.queue.queue_namespace = format!("bench-recall-{}", ulid::Ulid::generate());
     if std::env::var("BENCH_RECALL_EMBEDDER").is_ok_and(|e| e == "openai") {
-        config.embedder = "openai".into();
-        config.embeddings_base_url = Some(fake_embeddings::start().await?);
+        config.embedder.embedder = context_ops::config::EmbedderKind::Openai;
+        config.embedder.embeddings_base_url = Some(fake_embeddings::start().await?);
     }
     if backend == "postgres" {
-        config.redis_url = Some(
+        config.queue.redis_url = Some(
             std::env::var("BENCH_REDIS_URL")
                 .or_else(|_| std::env::var("TEST_REDIS_URL"))
                 .unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
         );
     }
-    let batch = config.batch_size as usize;
-    let running = server::start(config.clone(), Command::Serve).await?;
+    let batch = config.worker.batch_size as usize;
+    let running = server::start(config.clone(), Role::Serve).await?;
     let base = format!("http://{}", running.addr);
     let db = running.state.db.clone();
     let started = Instant::now();
@@ -253,7 +251,7 @@ async fn run(backend: &str, n: usize, queries: usize) -> anyhow::Result<()> {
     latencies.sort();
     let (p50, p99) = (percentile(&latencies, 0.50), percentile(&latencies, 0.99));
     // The in-memory candidate scan alone, on the same queries (the part that grows with N).
-    let index = running.state.recall_index.synced(&db, TENANT).await?;
+    let index = running.state.recall.indexes.synced(&db, &context_jobs::ids::TenantKey::from_stored(TENANT)).await?;
     let mut scans = Vec::with_capacity(queries);
     for q in &query_texts {
         let terms = context_jobs::recall::query_terms(q);
@@ -277,7 +275,7 @@ async fn run(backend: &str, n: usize, queries: usize) -> anyhow::Result<()> {
         "{backend:>8} {:>6} {n:>7} entries | seed {:>6.1}s | rebuild {rebuild_rate:>8.0}/s vs embedder alone {embed_rate:>8.0}/s \
          = {:.2} (target >= 0.5); vs bare bulk load of the vectors {ceiling_rate:>8.0}/s = {:.2} | recall cold {:>6.0} ms, p50 {:>5.1} ms, p99 {:>5.1} ms over {queries} queries \
          ({:.1} items avg); index scan alone p50 {:.1} ms, p99 {:.1} ms{}",
-        config.embedder,
+        format!("{:?}", config.embedder.embedder).to_lowercase(),
         seeded.as_secs_f64(),
         rebuild_rate / embed_rate,
         rebuild_rate / ceiling_rate,

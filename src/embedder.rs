@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use crate::config::Config;
+use secrecy::{ExposeSecret as _, SecretString};
+
+use crate::config::{Config, EmbedderKind};
 use context_jobs::embed::{HASHING_MODEL, decode_embeddings, embeddings_request, hashing_embed};
 
 /// Inputs per `/v1/embeddings` request.
@@ -23,7 +25,7 @@ pub enum EmbedError {
 
 pub enum Embedder {
     Hashing { dim: usize, model: String },
-    OpenAi { http: reqwest::Client, url: String, api_key: Option<String>, model: String, dim: usize },
+    OpenAi { http: reqwest::Client, url: String, api_key: Option<SecretString>, model: String, dim: usize },
 }
 
 impl std::fmt::Debug for Embedder {
@@ -45,9 +47,9 @@ impl Embedder {
     }
 
     pub fn from_config(config: &Config) -> anyhow::Result<Self> {
-        match config.embedder.as_str() {
-            "openai" => {
-                let base = config.embeddings_base_url.as_deref().unwrap_or("https://api.openai.com");
+        match config.embedder.embedder {
+            EmbedderKind::Openai => {
+                let base = config.embedder.embeddings_base_url.as_deref().unwrap_or("https://api.openai.com");
                 let http = reqwest::Client::builder()
                     .connect_timeout(Duration::from_secs(5))
                     .timeout(Duration::from_secs(60))
@@ -55,12 +57,12 @@ impl Embedder {
                 Ok(Embedder::OpenAi {
                     http,
                     url: embeddings_url(base),
-                    api_key: config.embeddings_api_key.clone(),
-                    model: config.embeddings_model.clone(),
-                    dim: config.embedding_dim,
+                    api_key: config.embedder.embeddings_api_key.clone(),
+                    model: config.embedder.embeddings_model.clone(),
+                    dim: config.embedder.embedding_dim,
                 })
             }
-            _ => Ok(Self::hashing(config.embedding_dim)),
+            EmbedderKind::Hashing => Ok(Self::hashing(config.embedder.embedding_dim)),
         }
     }
 
@@ -91,7 +93,9 @@ impl Embedder {
             Embedder::OpenAi { http, url, api_key, model, dim } => {
                 let mut out = Vec::with_capacity(texts.len());
                 for chunk in texts.chunks(REMOTE_BATCH) {
-                    out.extend(remote(http, url, api_key.as_deref(), model, *dim, chunk).await?);
+                    out.extend(
+                        remote(http, url, api_key.as_ref().map(|k| k.expose_secret()), model, *dim, chunk).await?,
+                    );
                 }
                 Ok(out)
             }

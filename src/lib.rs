@@ -1,17 +1,26 @@
-//! context-ops: the imperative shell. Configuration, the database, the HTTP API, the
-//! queue and the workers, wired around the pure core in `context-jobs`.
+//! context-ops: the imperative shell around the pure core in `context-jobs`.
+//!
+//! - [`http`] — the HTTP edge: router, auth, errors, one handler file per resource.
+//! - [`kinds`] — each operation kind's submission checks and job, and the dispatch table.
+//! - [`worker`] — the runner (claim, lease, run, the machine's decision), dispatcher,
+//!   projector and retention sweep.
+//! - [`store`] — every SQL statement, both engines.
+//! - [`queue`] — the apalis delivery pipe (Redis or SQLite).
+//! - [`changes`], [`recall`], [`embedder`], [`provider`] — notifications, hybrid recall,
+//!   the vector embedder, the Responses client.
+//! - [`config`], [`metrics`], [`server`], [`telemetry`] — wiring.
+//!
+//! See `docs/architecture.md` for the map and the path of an operation.
 
-pub mod api;
-pub mod app;
-pub mod auth;
+pub mod changes;
 pub mod config;
-pub mod db;
 pub mod embedder;
-pub mod error;
+pub mod http;
+pub mod kinds;
 pub mod metrics;
-pub mod nodelay;
 pub mod provider;
 pub mod queue;
+pub mod recall;
 pub mod server;
 pub mod store;
 pub mod telemetry;

@@ -1,14 +1,15 @@
 //! The `context-ops` binary: `serve`, `api`, `worker`, `migrate`.
 
 use clap::Parser;
-use context_ops::config::{Cli, Command};
+use context_ops::config::Cli;
 use context_ops::{server, telemetry};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    telemetry::init(cli.config.log_json);
-    match run(cli).await {
+    let (config, role) = cli.command.into_config();
+    telemetry::init(config.log.log_json);
+    match run(config, role).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // One clear line, not a backtrace.
@@ -18,15 +19,15 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    cli.config.validate()?;
-    if cli.command == Command::Migrate {
-        let db = server::connect(&cli.config).await?;
+async fn run(config: context_ops::config::Config, role: Option<context_ops::config::Role>) -> anyhow::Result<()> {
+    config.validate()?;
+    let Some(role) = role else {
+        let db = server::connect(&config).await?;
         db.close().await;
         tracing::info!("migrations applied");
         return Ok(());
-    }
+    };
     let signal = server::shutdown_signal();
-    let running = server::start(cli.config, cli.command).await?;
+    let running = server::start(config, role).await?;
     running.until(signal).await
 }

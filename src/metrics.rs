@@ -82,3 +82,11 @@ pub const OPERATIONS_GAUGE: &str = "context_ops_operations";
 pub const QUEUE_DEPTH: &str = "context_ops_queue_depth";
 pub const OLDEST_QUEUED: &str = "context_ops_oldest_queued_timestamp_seconds";
 pub const PRUNED: &str = "context_ops_operations_pruned_total";
+pub const INFERENCE_TOKENS: &str = "context_ops_inference_tokens_total";
+/// Finished turns by `outcome`: `completed`, `refused`, `cancelled`, or the error code.
+pub const INFERENCE_OUTCOMES: &str = "context_ops_inference_outcomes_total";
+/// Provider attempts that were retried, by the `reason` class of the failure.
+pub const INFERENCE_PROVIDER_RETRIES: &str = "context_ops_inference_provider_retries_total";
+pub const QUEUE_PUSHES: &str = "context_ops_queue_pushes_total";
+pub const QUEUE_DELIVERIES: &str = "context_ops_queue_deliveries_total";
+pub const QUEUE_WORKER_RESTARTS: &str = "context_ops_queue_worker_restarts_total";

@@ -8,10 +8,11 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::{AppState, metrics_router, router};
-use crate::config::{Command, Config};
-use crate::db::{Db, redact_url};
+use crate::config::{Config, Role};
+use crate::http::{AppState, metrics_router, router};
 use crate::queue::Queue;
+use crate::store::Db;
+use crate::store::engine::redact_url;
 use crate::worker::dispatcher;
 use crate::worker::runner::Runner;
 use std::sync::Arc;
@@ -67,16 +68,16 @@ impl Running {
 }
 
 pub async fn connect(config: &Config) -> anyhow::Result<Db> {
-    let db = Db::connect(&config.database_url, config.db_max_connections).await?;
+    let db = Db::connect(&config.database.database_url, config.database.db_max_connections).await?;
     db.migrate().await?;
     Ok(db)
 }
 
-/// Connect, migrate and start what `command` asks for.
-pub async fn start(config: Config, command: Command) -> anyhow::Result<Running> {
+/// Connect, migrate and start what `role` asks for.
+pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
     config.validate()?;
     let db = connect(&config).await?;
-    tracing::info!(database = %redact_url(&config.database_url), "database ready");
+    tracing::info!(database = %redact_url(&config.database.database_url), "database ready");
     let queue = Queue::connect(&config, &db).await?;
     tracing::info!(queue = queue.backend_name(), "queue ready");
     let state = AppState::new(db, queue, config.clone())?;
@@ -90,16 +91,18 @@ pub async fn start(config: Config, command: Command) -> anyhow::Result<Running> 
     }
     let shutdown = state.shutdown.clone();
     let mut tasks = Vec::new();
-    let mut addr = config.bind;
+    let mut addr = config.http.bind;
     let mut metrics_addr = None;
     // Bind every listener before spawning anything, so a failed bind leaks nothing.
-    let api_listener = match command.runs_api() {
-        true => {
-            Some(TcpListener::bind(config.bind).await.with_context(|| format!("cannot listen on {}", config.bind))?)
-        }
+    let api_listener = match role.runs_api() {
+        true => Some(
+            TcpListener::bind(config.http.bind)
+                .await
+                .with_context(|| format!("cannot listen on {}", config.http.bind))?,
+        ),
         false => None,
     };
-    let metrics_listener = match config.metrics_bind {
+    let metrics_listener = match config.metrics.metrics_bind {
         Some(bind) => {
             Some(TcpListener::bind(bind).await.with_context(|| format!("cannot listen on {bind} for metrics"))?)
         }
@@ -110,8 +113,8 @@ pub async fn start(config: Config, command: Command) -> anyhow::Result<Running> 
         tracing::info!(%addr, "API listening");
         tasks.push(serve(listener, router(state.clone()), shutdown.clone()));
         // Long-polls here wake on changes committed by other processes too.
-        if let crate::db::Db::Postgres(pool) = &state.db {
-            tasks.push(crate::store::changes::spawn_listener(pool.clone(), shutdown.clone()));
+        if let Db::Postgres(pool) = &state.db {
+            tasks.push(state.changes.spawn_listener(pool.clone(), shutdown.clone()));
         }
     }
     if let Some(listener) = metrics_listener {
@@ -120,19 +123,24 @@ pub async fn start(config: Config, command: Command) -> anyhow::Result<Running> 
         tracing::info!(addr = %bound, "metrics listening");
         tasks.push(serve(listener, metrics_router(state.clone()), shutdown.clone()));
     }
-    if command.runs_workers() {
+    if role.runs_workers() {
         let holder = format!(
             "{}-{}-{}",
             std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into()),
             std::process::id(),
             ulid::Ulid::generate()
         );
-        let runner = Runner { db: state.db.clone(), config: state.config.clone(), shutdown: shutdown.clone() };
+        let runner = Runner {
+            db: state.db.clone(),
+            config: state.config.clone(),
+            shutdown: shutdown.clone(),
+            changes: state.changes.clone(),
+        };
         tasks.push(state.queue.spawn_workers(Arc::new(runner), shutdown.clone()));
         tasks.push(crate::worker::projector::spawn(
             state.db.clone(),
-            state.embedder.clone(),
-            config.projector_interval_ms,
+            state.embedder().clone(),
+            config.embedder.projector_interval_ms,
             holder.clone(),
             shutdown.clone(),
         ));
@@ -143,7 +151,7 @@ pub async fn start(config: Config, command: Command) -> anyhow::Result<Running> 
             holder,
             shutdown.clone(),
         ));
-        tracing::info!(concurrency = config.worker_concurrency, "workers started");
+        tracing::info!(concurrency = config.worker.worker_concurrency, "workers started");
     }
     Ok(Running { addr, metrics_addr, state, shutdown, tasks })
 }

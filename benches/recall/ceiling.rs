@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use context_ops::db::Db;
-use context_ops::store::pg_copy::CopyBinary;
-use context_ops::store::sqlite_rows::{Arg, execute_rows};
+use context_ops::store::Db;
+use context_ops::store::engine::pg_copy::CopyBinary;
+use context_ops::store::engine::sqlite_rows::{Arg, execute_rows};
 use sqlx::AssertSqlSafe;
 
 const TABLE: &str = "bench_vectors_ceiling";

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::contract::{ContextInsight, ContextInsightKind, ContextInsightStatus, MAX_RESOURCE_ID_CHARS, content_text};
+use crate::contract::{ContextInsight, ContextInsightKind, ContextInsightStatus, content_text};
 
 /// Largest serialised `content` of one entry.
 pub const MAX_ENTRY_CONTENT_BYTES: usize = 64 * 1024;
@@ -31,13 +31,7 @@ impl std::fmt::Display for EntryRuleError {
 }
 
 pub fn validate_id(what: &str, id: &str) -> Result<(), EntryRuleError> {
-    if id.trim().is_empty() {
-        return Err(EntryRuleError::Invalid(format!("{what} must not be empty")));
-    }
-    if id.chars().count() > MAX_RESOURCE_ID_CHARS {
-        return Err(EntryRuleError::Invalid(format!("{what} is longer than {MAX_RESOURCE_ID_CHARS} characters")));
-    }
-    Ok(())
+    crate::contract::validate_resource_id(what, id).map_err(EntryRuleError::Invalid)
 }
 
 pub fn validate_content(content: &Value) -> Result<(), EntryRuleError> {

@@ -6,6 +6,7 @@ pub mod artifact;
 pub mod contract;
 pub mod embed;
 pub mod entries;
+pub mod ids;
 pub mod kinds;
 pub mod operation;
 pub mod recall;

@@ -85,6 +85,20 @@ pub struct Weights {
 }
 
 /// Weights must be finite and non-negative.
+/// Validate a recall request; `Err` is a 400 message. Returns its weights.
+pub fn validate_request(r: &crate::contract::RecallContextRequest) -> Result<Weights, String> {
+    if r.query.trim().is_empty() {
+        return Err("query must not be empty".into());
+    }
+    crate::contract::validate_search_query(&r.query)?;
+    if let Some(c) = &r.conversation_id {
+        crate::contract::validate_resource_id("conversationId", c)?;
+    }
+    let weights = Weights { lexical: r.lexical_weight, vector: r.vector_weight };
+    validate_weights(weights)?;
+    Ok(weights)
+}
+
 pub fn validate_weights(w: Weights) -> Result<(), String> {
     for (name, v) in [("lexicalWeight", w.lexical), ("vectorWeight", w.vector)] {
         if !v.is_finite() || v < 0.0 {

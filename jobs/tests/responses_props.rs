@@ -124,7 +124,7 @@ fn check_decode(body: &Value) -> Result<(), TestCaseError> {
             prop_assert!(d.tool_calls.len() <= d.echo.len());
         }
         Err(e) => {
-            prop_assert!(!e.error_code().is_empty());
+            prop_assert!(!e.error_code().as_str().is_empty());
             if let ResponseDecodeError::Refused { message, .. }
             | ResponseDecodeError::MixedRefusalAndToolCalls { refusal: message } = &e
             {
@@ -183,7 +183,7 @@ proptest! {
                 prop_assert!(attempt + 1 < max_attempts);
                 prop_assert!((1..=60_000).contains(&after_ms));
             }
-            HttpDisposition::Fail { code } => prop_assert!(!code.is_empty()),
+            HttpDisposition::Fail { code } => prop_assert!(!code.as_str().is_empty()),
         }
         let b = backoff_ms(attempt, jitter);
         prop_assert!((375..=8_000).contains(&b));

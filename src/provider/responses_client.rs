@@ -6,6 +6,7 @@
 //! The key is held only in a header value marked sensitive (so the HTTP stack does not
 //! print it) and is scrubbed from any text this module hands back ([`ResponsesClient::scrub`]).
 
+use secrecy::ExposeSecret as _;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -71,7 +72,8 @@ impl ResponsesClient {
     /// A client for `config`. The underlying connection pool is shared per connect
     /// timeout, so every job reuses warm connections.
     pub fn from_config(config: &Config) -> anyhow::Result<Self> {
-        let key = config.responses_api_key.clone().filter(|k| !k.is_empty());
+        let key =
+            config.provider.responses_api_key.as_ref().map(|k| k.expose_secret().to_string()).filter(|k| !k.is_empty());
         let auth = match &key {
             Some(k) => {
                 let mut v = HeaderValue::from_str(&format!("Bearer {k}"))
@@ -82,11 +84,11 @@ impl ResponsesClient {
             None => None,
         };
         Ok(Self {
-            http: pooled_client(Duration::from_millis(config.responses_connect_timeout_ms))?,
-            url: format!("{}/v1/responses", config.responses_base_url.trim_end_matches('/')),
+            http: pooled_client(Duration::from_millis(config.provider.responses_connect_timeout_ms))?,
+            url: format!("{}/v1/responses", config.provider.responses_base_url.trim_end_matches('/')),
             auth,
             key,
-            timeout: Duration::from_millis(config.responses_timeout_ms),
+            timeout: Duration::from_millis(config.provider.responses_timeout_ms),
         })
     }
 
@@ -183,8 +185,8 @@ mod tests {
 
     fn client(key: Option<&str>) -> ResponsesClient {
         let mut config = Config::defaults();
-        config.responses_api_key = key.map(str::to_string);
-        config.responses_base_url = "http://127.0.0.1:9/".into();
+        config.provider.responses_api_key = key.map(|k| k.to_string().into());
+        config.provider.responses_base_url = "http://127.0.0.1:9/".into();
         ResponsesClient::from_config(&config).unwrap()
     }
 

@@ -29,7 +29,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::db::Db;
+use crate::store::Db;
+use context_jobs::ids::OperationId;
 
 /// How often an idle worker looks for new messages. A push from this process also wakes the
 /// worker of its kind at once.
@@ -40,11 +41,6 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 pub const MISSED_HEARTBEATS: usize = 6;
 /// How long running handlers get to finish after shutdown is requested.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Metric names (prefix `context_ops_`, bounded labels: kind, outcome, state).
-pub const QUEUE_PUSHES: &str = "context_ops_queue_pushes_total";
-pub const QUEUE_DELIVERIES: &str = "context_ops_queue_deliveries_total";
-pub const QUEUE_WORKER_RESTARTS: &str = "context_ops_queue_worker_restarts_total";
 
 /// Payload of every queue message, serialized as `{"operationId": "..."}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,12 +95,12 @@ fn kind_index(kind: ContextOperationKind) -> usize {
 }
 
 impl Queue {
-    /// Redis when `config.redis_url` is set, else apalis-sqlite on the service's own SQLite
+    /// Redis when `config.queue.redis_url` is set, else apalis-sqlite on the service's own SQLite
     /// pool (its migrations tracked in `_apalis_migrations`). PostgreSQL without `REDIS_URL`
     /// is a startup error; unreachable Redis fails fast with one clear line.
     pub async fn connect(config: &Config, db: &Db) -> anyhow::Result<Queue> {
-        anyhow::ensure!(!config.queue_namespace.is_empty(), "CONTEXT_OPS_QUEUE_NAMESPACE must not be empty");
-        let backend = match (&config.redis_url, db) {
+        anyhow::ensure!(!config.queue.queue_namespace.is_empty(), "CONTEXT_OPS_QUEUE_NAMESPACE must not be empty");
+        let backend = match (&config.queue.redis_url, db) {
             (Some(url), _) => Backend::Redis(redis::RedisQueue::connect(url).await?),
             (None, Db::Sqlite(pool)) => Backend::Sqlite(sqlite::SqliteQueue::connect(pool.clone()).await?),
             (None, Db::Postgres(_)) => anyhow::bail!(
@@ -114,8 +110,8 @@ impl Queue {
         Ok(Queue {
             inner: Arc::new(Inner {
                 backend,
-                namespace: config.queue_namespace.clone(),
-                concurrency: config.worker_concurrency.max(1),
+                namespace: config.queue.queue_namespace.clone(),
+                concurrency: config.worker.worker_concurrency.max(1),
                 wake: ContextOperationKind::ALL.iter().map(|_| Arc::new(Notify::new())).collect(),
             }),
         })
@@ -135,15 +131,15 @@ impl Queue {
     }
 
     /// Push one message to the kind's queue.
-    pub async fn push(&self, kind: ContextOperationKind, operation_id: &str) -> anyhow::Result<()> {
-        let payload = serde_json::to_vec(&OperationMessage { operation_id: operation_id.to_owned() })?;
+    pub async fn push(&self, kind: ContextOperationKind, operation_id: &OperationId) -> anyhow::Result<()> {
+        let payload = serde_json::to_vec(&OperationMessage { operation_id: operation_id.to_string() })?;
         let queue = self.queue_name(kind);
         let result = match &self.inner.backend {
             Backend::Redis(r) => r.push(&queue, payload).await,
             Backend::Sqlite(s) => s.push(&queue, payload).await,
         };
         let outcome = if result.is_ok() { "ok" } else { "error" };
-        metrics::counter!(QUEUE_PUSHES, "kind" => kind.as_str(), "outcome" => outcome).increment(1);
+        metrics::counter!(crate::metrics::QUEUE_PUSHES, "kind" => kind.as_str(), "outcome" => outcome).increment(1);
         result.with_context(|| format!("cannot push operation {operation_id} to queue {queue}"))?;
         self.inner.wake[kind_index(kind)].notify_one();
         Ok(())
@@ -177,7 +173,7 @@ impl Queue {
     }
 
     /// Start one supervised apalis worker per kind, each running up to
-    /// `config.worker_concurrency` handlers at once. Workers restart after errors (with
+    /// `config.worker.worker_concurrency` handlers at once. Workers restart after errors (with
     /// backoff, under a fresh name) until `shutdown` is cancelled; then they stop taking
     /// messages and running handlers get up to [`SHUTDOWN_TIMEOUT`] to finish. The handle
     /// ends when every worker has stopped; it is an error only if that deadline was missed.

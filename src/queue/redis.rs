@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 
 use super::worker::{Deliver, Envelope, LenientCodec, REDIS_RECHECKS, WakeOrInterval};
 use super::{HEARTBEAT_INTERVAL, MISSED_HEARTBEATS, QueueDepth};
-use crate::db::redact_url;
+use crate::store::engine::redact_url;
 
 pub(super) struct RedisQueue {
     conn: ConnectionManager,

@@ -16,10 +16,8 @@ use futures::future::BoxFuture;
 use tokio::sync::{Notify, futures::OwnedNotified};
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    Backend, OperationHandler, OperationMessage, POLL_INTERVAL, QUEUE_DELIVERIES, QUEUE_WORKER_RESTARTS, Queue,
-    SHUTDOWN_TIMEOUT, kind_index,
-};
+use super::{Backend, OperationHandler, OperationMessage, POLL_INTERVAL, Queue, SHUTDOWN_TIMEOUT, kind_index};
+use crate::metrics::{QUEUE_DELIVERIES, QUEUE_WORKER_RESTARTS};
 
 /// A delivered payload. Decoding never fails: anything that is not an `OperationMessage`
 /// becomes `Undecodable`, is logged and acknowledged (a failed decode would kill the worker

@@ -1,25 +1,29 @@
-//! Persistence: one file per table family, each written once for both engines through
-//! [`crate::with_pool!`]. Store functions take the tenant key first: no query runs unscoped.
+//! Persistence: every SQL statement of the service lives under this module, written once
+//! for both engines ([`engine::query`]), grouped by what it owns. Store functions take the
+//! tenant key first: no query runs unscoped.
+//!
+//! - `engine/` — the two engines, transactions, the statement runner, engine-specific bulk
+//!   paths (PostgreSQL `COPY`, SQLite's row API).
+//! - `operations/` — operation rows: submission, reads, the one transition writer, dispatch.
+//! - `messages/` — messages and conversations: append, reads, batched deletes.
+//! - `entries/` — entries and their history.
+//! - `vectors/` — the vector projection: walks, watermark, writes.
+//! - `artifacts/` — artifacts and their chunks: reads, uploads, what an export writes.
+//! - `maintenance` — exclusive periodic ticks shared by every process.
+//! - `queue_jobs` — the embedded queue's own tables (apalis-sqlite), beside apalis.
 
-pub mod append;
-pub mod artifact_exports;
 pub mod artifacts;
-pub mod changes;
+pub mod engine;
 pub mod entries;
-pub mod entry_writes;
-pub mod export_pages;
-pub mod fenced;
-pub mod leases;
 pub mod maintenance;
 pub mod messages;
 pub mod operations;
-pub mod pg_copy;
-pub mod recall_index;
-pub mod sqlite_rows;
-pub mod vector_writes;
+pub mod queue_jobs;
 pub mod vectors;
 
 use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use engine::{Db, Engine, Exec, Tx, is_transient, query};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -35,26 +39,14 @@ pub enum StoreError {
     Other(#[from] anyhow::Error),
 }
 
-pub type StoreResult<T> = Result<T, StoreError>;
-
-/// Errors worth retrying: the database was unreachable, overloaded or restarting, or two
-/// writers collided in a way the engine asks us to retry.
-pub fn is_transient(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => true,
-        sqlx::Error::Database(db) => {
-            let code = db.code().unwrap_or_default();
-            // PostgreSQL: serialization/deadlock, admin shutdown, too many connections;
-            // SQLite: BUSY (5) and LOCKED (6) in their extended forms.
-            matches!(code.as_ref(), "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300")
-                || code.starts_with("08")
-                // SQLite BUSY/LOCKED and their extended codes; PostgreSQL SQLSTATEs are five
-                // characters and never match these.
-                || matches!(code.as_ref(), "5" | "261" | "517" | "773" | "6" | "262" | "518")
-        }
-        _ => false,
+impl StoreError {
+    /// A database error worth retrying (see [`is_transient`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Db(e) if is_transient(e))
     }
 }
+
+pub type StoreResult<T> = Result<T, StoreError>;
 
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
@@ -80,6 +72,12 @@ pub(crate) fn parse_json_column(s: Option<String>) -> StoreResult<serde_json::Va
         None => Ok(serde_json::Value::Null),
         Some(s) => serde_json::from_str(&s).map_err(|e| StoreError::Other(anyhow::anyhow!("corrupt JSON column: {e}"))),
     }
+}
+
+/// The database answers (readiness of `/health`).
+pub async fn ping(db: &Db) -> StoreResult<()> {
+    query("SELECT 1").execute(db).await?;
+    Ok(())
 }
 
 #[cfg(test)]

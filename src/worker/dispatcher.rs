@@ -10,11 +10,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::db::Db;
 use crate::metrics as m;
 use crate::queue::Queue;
-use crate::store::{leases, now_ms};
+use crate::store::operations::dispatch;
+use crate::store::{Db, artifacts, now_ms};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState, RetentionPolicy};
+use context_jobs::operation::ErrorCode;
 
 pub fn spawn(
     db: Db,
@@ -24,7 +25,7 @@ pub fn spawn(
     shutdown: CancellationToken,
 ) -> JoinHandle<anyhow::Result<()>> {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_millis(config.dispatch_interval_ms));
+        let mut tick = tokio::time::interval(Duration::from_millis(config.queue.dispatch_interval_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_prune = 0i64;
         let mut last_sweep_check = 0i64;
@@ -33,7 +34,7 @@ pub fn spawn(
                 _ = shutdown.cancelled() => return Ok(()),
                 _ = tick.tick() => {}
             }
-            if let Err(e) = dispatch_once(&db, &queue, config.repush_after_ms as i64).await {
+            if let Err(e) = dispatch_once(&db, &queue, config.queue.repush_after_ms as i64).await {
                 tracing::warn!(error = format!("{e:#}"), "dispatcher round failed");
             }
             if let Err(e) = update_gauges(&db, &queue).await {
@@ -42,12 +43,12 @@ pub fn spawn(
             let now = now_ms();
             if now - last_prune > 600_000 {
                 last_prune = now;
-                let keep = i64::from(config.operation_retention_days) * 86_400_000;
-                match leases::prune(&db, now - keep).await {
+                let keep = i64::from(config.worker.operation_retention_days) * 86_400_000;
+                match dispatch::prune(&db, now - keep).await {
                     Ok(n) => metrics::counter!(m::PRUNED).increment(n),
                     Err(e) => tracing::warn!(error = %e, "pruning old operations failed"),
                 }
-                match crate::store::artifacts::prune_expired(&db, now).await {
+                match artifacts::prune_expired(&db, now).await {
                     Ok(n) if n > 0 => tracing::info!(artifacts = n, "expired artifacts deleted"),
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "pruning expired artifacts failed"),
@@ -56,14 +57,17 @@ pub fn spawn(
                     tracing::debug!(error = format!("{e:#}"), "queue vacuum failed");
                 }
             }
-            if config.retention_sweep_secs > 0 && now - last_sweep_check > 5_000 {
+            if config.retention.retention_sweep_secs > 0 && now - last_sweep_check > 5_000 {
                 last_sweep_check = now;
                 let policy = RetentionPolicy {
-                    max_age_days: (config.retention_max_age_days > 0).then_some(config.retention_max_age_days),
-                    max_messages: (config.retention_max_messages > 0).then_some(config.retention_max_messages),
+                    max_age_days: (config.retention.retention_max_age_days > 0)
+                        .then_some(config.retention.retention_max_age_days),
+                    max_messages: (config.retention.retention_max_messages > 0)
+                        .then_some(config.retention.retention_max_messages),
                 };
-                let period = config.retention_sweep_secs as i64 * 1000;
-                match super::retention::sweep_tick(&db, &holder, period, &policy, i64::from(config.batch_size)).await {
+                let period = config.retention.retention_sweep_secs as i64 * 1000;
+                match super::sweep::sweep_tick(&db, &holder, period, &policy, i64::from(config.worker.batch_size)).await
+                {
                     Ok(Some(n)) => tracing::info!(deleted = n, "retention sweep finished"),
                     Ok(None) => {}
                     Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
@@ -75,13 +79,14 @@ pub fn spawn(
 
 /// One dispatcher round; returns how many operations were pushed.
 pub async fn dispatch_once(db: &Db, queue: &Queue, repush_after_ms: i64) -> anyhow::Result<usize> {
-    let due = leases::take_dispatchable(db, repush_after_ms, 500).await?;
+    let due = dispatch::take_dispatchable(db, repush_after_ms, 500).await?;
     let mut pushed = 0;
     for op in &due {
         match queue.push(op.kind, &op.id).await {
             Ok(()) => {
                 pushed += 1;
-                let reason = if op.orphaned { "lease_expired" } else { "queued" };
+                let reason =
+                    if op.orphaned { ErrorCode::LeaseExpired.as_str() } else { ContextOperationState::Queued.as_str() };
                 metrics::counter!(m::DISPATCHED, "kind" => op.kind.as_str(), "reason" => reason).increment(1);
             }
             // Left marked as pushed: a round after `repush_after_ms` tries again.
@@ -92,7 +97,7 @@ pub async fn dispatch_once(db: &Db, queue: &Queue, repush_after_ms: i64) -> anyh
 }
 
 async fn update_gauges(db: &Db, queue: &Queue) -> anyhow::Result<()> {
-    let (counts, oldest) = leases::census(db).await?;
+    let (counts, oldest) = dispatch::census(db).await?;
     for kind in ContextOperationKind::ALL {
         for state in ContextOperationState::ALL {
             let n = counts.iter().find(|(k, s, _)| k == kind.as_str() && s == state.as_str()).map(|c| c.2).unwrap_or(0);

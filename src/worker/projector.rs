@@ -10,16 +10,12 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::db::{BeginWrite as _, Db};
 use crate::embedder::Embedder;
-use crate::store::maintenance;
-use crate::store::vector_writes::{VectorBatch, WriteVectors as _, encode_all};
-use crate::store::vectors::{ToEmbed, stale_tenant, walk_page};
-use crate::store::{StoreError, StoreResult};
-use crate::with_pool;
-use context_jobs::entries::stored_entry_text;
+use crate::store::vectors::reads::stale_tenant;
+use crate::store::vectors::{VectorBatch, encode_all, walk_page, writes};
+use crate::store::{Db, StoreError, StoreResult, maintenance};
 
-pub const PROJECTOR_NAME: &str = "projector";
+const PROJECTOR_NAME: &str = maintenance::PROJECTOR;
 const BATCH: usize = 500;
 const MAX_BATCHES_PER_TICK: usize = 20;
 /// A tick's claim: long enough for its batches, short enough that a dead holder's claim
@@ -54,11 +50,6 @@ pub fn spawn(
     })
 }
 
-/// The texts to embed, in order: each entry's `content_text`.
-pub fn texts(items: &[ToEmbed]) -> Vec<String> {
-    items.iter().map(|e| stored_entry_text(&e.content)).collect()
-}
-
 /// One tick if this process wins it: `Some(vectors written)`, or `None` when another
 /// process holds the tick or it is not due.
 pub async fn run_tick(db: &Db, embedder: &Embedder, holder: &str, period_ms: i64) -> StoreResult<Option<u64>> {
@@ -78,7 +69,7 @@ async fn drain(db: &Db, embedder: &Embedder) -> StoreResult<u64> {
         // One tenant's next stale page: the walk from its watermark.
         let Some((tenant, watermark)) = stale_tenant(db).await? else { break };
         let page = walk_page(db, &tenant, watermark, BATCH as i64).await?;
-        let texts = texts(&page.items);
+        let texts = crate::store::vectors::texts(&page.items);
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let vectors = embedder.embed(&refs).await.map_err(|e| StoreError::Other(e.into()))?;
         let (dim, blobs) = encode_all(&vectors);
@@ -88,12 +79,9 @@ async fn drain(db: &Db, embedder: &Embedder) -> StoreResult<u64> {
             bulk: true,
             ..VectorBatch::new(&tenant, embedder.model(), dim, &page.items, &blobs)
         };
-        written += with_pool!(db, pool => {
-            let mut tx = pool.begin_write().await?;
-            let n = tx.write_vectors(&batch).await?.vectors;
-            tx.commit().await?;
-            n
-        });
+        let mut tx = db.begin_write().await?;
+        written += writes::write(&mut tx, &batch).await?.vectors;
+        tx.commit().await?;
     }
     Ok(written)
 }

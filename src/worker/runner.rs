@@ -1,39 +1,47 @@
 //! The runner: for each delivered "look at operation X", claim it (a compare-and-set),
-//! keep its lease alive, run its job, and record how it ended. Duplicate deliveries lose
-//! the claim and are dropped; a panicking job is caught and retried like a transient
-//! failure; a lost lease means another worker owns the operation and we write nothing.
+//! keep its lease alive, run its kind's job, and write what the core's state machine
+//! decides after the outcome. Duplicate deliveries lose the claim and are dropped; a
+//! panicking job is caught and retried like a transient failure; a lost lease means
+//! another worker owns the operation and we write nothing.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{JobCtx, JobError};
+use super::{Finish, JobCtx, JobError};
+use crate::changes::Changes;
 use crate::config::Config;
-use crate::db::Db;
 use crate::metrics as m;
 use crate::queue::OperationHandler;
-use crate::store::leases::{self, Finish};
-use crate::store::now_ms;
-use context_jobs::contract::ContextOperationKind;
-use context_jobs::operation::{OperationRequest, error_code, retry_backoff_ms, should_retry};
+use crate::store::operations::{FenceError, Lease, transitions};
+use crate::store::{Db, now_ms};
+use context_jobs::contract::{ContextOperationKind, ContextOperationState};
+use context_jobs::ids::OperationId;
+use context_jobs::operation::machine::{crash_loop_message, over_budget};
+use context_jobs::operation::{AttemptEnd, ErrorCode, RetryPolicy, Transition, decide};
 
 #[derive(Clone)]
 pub struct Runner {
     pub db: Db,
     pub config: Arc<Config>,
     pub shutdown: CancellationToken,
+    pub changes: Changes,
 }
 
 impl OperationHandler for Runner {
     fn handle(&self, kind: ContextOperationKind, operation_id: String) -> BoxFuture<'static, ()> {
         let runner = self.clone();
         async move {
-            if let Err(e) = runner.run(kind, &operation_id).await {
-                tracing::warn!(operation = %operation_id, error = format!("{e:#}"), "could not run operation; the dispatcher will retry");
+            let Ok(id) = OperationId::parse(&operation_id) else {
+                tracing::warn!(operation = %operation_id, "a queue message names no operation id; dropped");
+                return;
+            };
+            if let Err(e) = runner.run(kind, &id).await {
+                tracing::warn!(operation = %id, error = format!("{e:#}"), "could not run operation; the dispatcher will retry");
             }
         }
         .boxed()
@@ -41,31 +49,55 @@ impl OperationHandler for Runner {
 }
 
 impl Runner {
-    async fn run(&self, kind: ContextOperationKind, id: &str) -> anyhow::Result<()> {
+    fn policy(&self) -> RetryPolicy {
+        RetryPolicy { max_attempts: self.config.worker.max_attempts, ..RetryPolicy::default() }
+    }
+
+    /// Write `t` for the lease holder and announce it; `false` when the lease was lost.
+    async fn write(&self, lease: &Lease, t: &Transition<'_>) -> anyhow::Result<bool> {
+        match transitions::apply(&self.db, lease, t).await {
+            Ok(_) => {
+                self.changes.committed(&lease.operation_id);
+                Ok(true)
+            }
+            Err(FenceError::LostLease) => Ok(false),
+            Err(FenceError::Store(e)) => Err(e.into()),
+        }
+    }
+
+    async fn run(&self, kind: ContextOperationKind, id: &OperationId) -> anyhow::Result<()> {
         let lease_ms = self.config.lease().as_millis() as i64;
-        let Some(claimed) = leases::claim(&self.db, id, lease_ms).await? else {
+        let Some(claimed) = transitions::claim(&self.db, id, lease_ms).await? else {
             metrics::counter!(m::DUPLICATE_DELIVERIES, "kind" => kind.as_str()).increment(1);
             return Ok(());
         };
+        self.changes.committed(id);
         let op = claimed.operation;
         let lease = claimed.lease;
+        let kind = op.kind;
         if claimed.recovered {
-            metrics::counter!(m::LEASE_RECOVERIES, "kind" => op.kind.as_str()).increment(1);
+            metrics::counter!(m::LEASE_RECOVERIES, "kind" => kind.as_str()).increment(1);
             tracing::info!(operation = %op.id, attempt = op.attempt, "recovered an operation whose lease expired");
         }
         if op.attempt == 1 {
             let wait = (now_ms() - op.created_at_ms).max(0) as f64 / 1000.0;
-            metrics::histogram!(m::QUEUE_WAIT, "kind" => op.kind.as_str()).record(wait);
+            metrics::histogram!(m::QUEUE_WAIT, "kind" => kind.as_str()).record(wait);
         }
+        let policy = self.policy();
+        let attempt = op.attempt.max(0) as u32;
         // Every claim counts an attempt, so an operation that kills its worker each time
         // (a crash loop) still ends.
-        if op.attempt > i64::from(self.config.max_attempts) {
-            let message = op.error.clone().unwrap_or_else(|| "the worker died on every attempt".into());
-            leases::finish(&self.db, &lease, Finish::Failed { code: error_code::RETRIES_EXHAUSTED, message: &message })
-                .await?;
-            record_finished(op.kind, "failed");
+        if over_budget(attempt, &policy) {
+            let message = crash_loop_message(op.error.as_deref()).to_string();
+            let t = Transition::Fail { code: ErrorCode::RetriesExhausted, message: &message };
+            if self.write(&lease, &t).await?
+                && let Some(outcome) = t.outcome()
+            {
+                finished(kind, &op.id, outcome, Duration::ZERO, op.processed);
+            }
             return Ok(());
         }
+        tracing::info!(kind = kind.as_str(), operation = %op.id, attempt, "operation started");
         let started = Instant::now();
         let ctx = JobCtx {
             db: self.db.clone(),
@@ -73,99 +105,89 @@ impl Runner {
             operation: op.clone(),
             lease: lease.clone(),
             shutdown: self.shutdown.clone(),
-            finished: Default::default(),
+            changes: self.changes.clone(),
+            processed: Arc::new(AtomicI64::new(op.processed)),
         };
+        let progress = ctx.processed.clone();
         let heartbeat = spawn_heartbeat(self.db.clone(), lease.clone(), self.config.lease() / 3);
         // Run the job in its own task so a panic is caught here, not in the queue worker.
-        let outcome = tokio::spawn(async move {
-            let outcome = run_job(&ctx).await;
-            (outcome, ctx.finished.load(std::sync::atomic::Ordering::SeqCst))
-        })
-        .await;
+        let joined = tokio::spawn(async move { (crate::kinds::entry_of(kind).run)(&ctx).await }).await;
         heartbeat.abort();
-        let (outcome, already_finished) = match outcome {
-            Ok(pair) => pair,
-            Err(join) => (Err(JobError::Transient(anyhow::anyhow!("the job panicked: {join}"))), false),
+        let elapsed = started.elapsed();
+        metrics::histogram!(m::RUN_DURATION, "kind" => kind.as_str()).record(elapsed.as_secs_f64());
+        let outcome = joined.unwrap_or_else(|join| Err(JobError::transient(format!("the job panicked: {join}"))));
+        // The top error only: sqlx repeats its message in the source chain.
+        let message = match &outcome {
+            Err(JobError::Transient(e)) => e.to_string(),
+            Err(JobError::Permanent { message, .. }) => message.clone(),
+            _ => String::new(),
         };
-        metrics::histogram!(m::RUN_DURATION, "kind" => op.kind.as_str()).record(started.elapsed().as_secs_f64());
-        let attempt = op.attempt.max(0) as u32;
-        let result = match &outcome {
-            Ok(_) if already_finished => Ok("succeeded"),
-            Ok(result) => leases::finish(&self.db, &lease, Finish::Succeeded { result }).await.map(|_| "succeeded"),
-            Err(JobError::LostLease) => {
-                tracing::warn!(operation = %op.id, "lost the lease; another worker owns the operation");
-                return Ok(());
+        let end = match &outcome {
+            Ok(Finish::Done(result)) => AttemptEnd::Succeeded { result, committed: false, progress: None },
+            Ok(Finish::DoneAt(result, last)) => {
+                AttemptEnd::Succeeded { result, committed: false, progress: Some(last) }
             }
-            Err(JobError::Cancelled) => leases::finish(&self.db, &lease, Finish::Cancelled).await.map(|_| "cancelled"),
-            Err(JobError::ShuttingDown) => {
-                leases::finish(&self.db, &lease, Finish::Release).await?;
-                tracing::info!(operation = %op.id, "released at shutdown; another worker resumes it from its checkpoint");
-                return Ok(());
+            Ok(Finish::Committed(result)) => AttemptEnd::Succeeded { result, committed: true, progress: None },
+            Err(JobError::LostLease) => AttemptEnd::LostLease,
+            Err(JobError::Cancelled) => AttemptEnd::Cancelled,
+            Err(JobError::ShuttingDown) => AttemptEnd::ShuttingDown,
+            Err(JobError::Permanent { code, .. }) => AttemptEnd::Permanent { code: *code, message: &message },
+            Err(JobError::Transient(_)) => AttemptEnd::Transient { message: &message },
+        };
+        let processed = match &outcome {
+            Ok(Finish::DoneAt(_, last)) => last.processed,
+            _ => progress.load(Ordering::Relaxed),
+        };
+        match (&end, decide(&end, attempt, &policy, fastrand::f64(), now_ms())) {
+            (AttemptEnd::Succeeded { .. }, None) => {
+                finished(kind, &op.id, ContextOperationState::Succeeded.as_str(), elapsed, processed)
             }
-            Err(JobError::Permanent { code, message }) => {
-                leases::finish(&self.db, &lease, Finish::Failed { code, message }).await.map(|_| "failed")
-            }
-            Err(JobError::Transient(e)) => {
-                // The top error only: sqlx repeats its message in the source chain.
-                let message = e.to_string();
-                if should_retry(attempt, self.config.max_attempts) {
-                    let delay = retry_backoff_ms(attempt, 1000, 60_000, fastrand::f64()) as i64;
-                    metrics::counter!(m::RETRIES, "kind" => op.kind.as_str()).increment(1);
-                    tracing::warn!(operation = %op.id, attempt, delay_ms = delay, error = %message, "transient failure; retrying");
-                    let code = error_code::TRANSIENT;
-                    leases::finish(
-                        &self.db,
-                        &lease,
-                        Finish::Retry { not_before_ms: now_ms() + delay, code, message: &message },
-                    )
-                    .await
-                    .map(|_| "retrying")
-                } else {
-                    let code = error_code::RETRIES_EXHAUSTED;
-                    leases::finish(&self.db, &lease, Finish::Failed { code, message: &message }).await.map(|_| "failed")
+            (_, None) => tracing::warn!(operation = %op.id, "lost the lease; another worker owns the operation"),
+            (_, Some(t)) => {
+                if !self.write(&lease, &t).await? {
+                    tracing::warn!(operation = %op.id, "lost the lease before finishing");
+                    return Ok(());
+                }
+                match &t {
+                    Transition::Retry { not_before_ms, .. } => {
+                        metrics::counter!(m::RETRIES, "kind" => kind.as_str()).increment(1);
+                        let delay_ms = not_before_ms - now_ms();
+                        tracing::warn!(operation = %op.id, attempt, delay_ms, error = %message, "transient failure; retrying");
+                    }
+                    Transition::Release => {
+                        tracing::info!(operation = %op.id, "released at shutdown; another worker resumes it from its checkpoint");
+                    }
+                    t => {
+                        if let Some(outcome) = t.outcome() {
+                            finished(kind, &op.id, outcome, elapsed, processed);
+                        }
+                    }
                 }
             }
-        };
-        match result {
-            Ok("retrying") => {}
-            Ok(outcome) => record_finished(op.kind, outcome),
-            Err(leases::FenceError::LostLease) => tracing::warn!(operation = %op.id, "lost the lease before finishing"),
-            Err(e) => return Err(e.into()),
         }
         Ok(())
     }
 }
 
-fn record_finished(kind: ContextOperationKind, outcome: &'static str) {
+/// Count a finished operation and log its one finish line.
+fn finished(kind: ContextOperationKind, id: &OperationId, outcome: &'static str, took: Duration, processed: i64) {
     metrics::counter!(m::OPERATIONS_FINISHED, "kind" => kind.as_str(), "outcome" => outcome).increment(1);
+    tracing::info!(kind = kind.as_str(), operation = %id, outcome, duration_ms = took.as_millis() as u64, processed, "operation finished");
 }
 
 /// Renew the lease every `every` while a job runs, so long single steps keep it.
-fn spawn_heartbeat(db: Db, lease: leases::Lease, every: Duration) -> tokio::task::JoinHandle<()> {
+fn spawn_heartbeat(db: Db, lease: Lease, every: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.tick().await;
         loop {
             tick.tick().await;
-            match leases::heartbeat(&db, &lease).await {
+            let t = Transition::Heartbeat { lease_until_ms: lease.renewed_until() };
+            match transitions::apply(&db, &lease, &t).await {
                 Ok(_) => {}
-                Err(leases::FenceError::LostLease) => return,
+                Err(FenceError::LostLease) => return,
                 Err(e) => tracing::warn!(operation = %lease.operation_id, error = %e, "heartbeat failed"),
             }
         }
     })
-}
-
-async fn run_job(ctx: &JobCtx) -> Result<Value, JobError> {
-    let request = ctx.operation.request()?;
-    match request {
-        OperationRequest::Delete { conversation_id, .. } => super::delete::run(ctx, &conversation_id).await,
-        OperationRequest::Retention { conversation_id, policy } => {
-            super::retention::run(ctx, &conversation_id, &policy).await
-        }
-        OperationRequest::RebuildVector(job) => super::rebuild_vector::run(ctx, &job).await,
-        OperationRequest::Export(job) => super::export::run(ctx, &job).await,
-        OperationRequest::Import(job) => super::import::run(ctx, &job).await,
-        OperationRequest::Inference(job) => super::inference::run(ctx, &job).await,
-    }
 }

@@ -11,8 +11,9 @@ use serde::Deserialize;
 
 use super::digest::ArtifactDigest;
 use super::wire::{Header, Trailer};
-use super::{MAX_LINE_BYTES, Record, SCHEMA_VERSION, error_code};
+use super::{MAX_LINE_BYTES, Record, SCHEMA_VERSION};
 use crate::contract::{ContextInsight, ConversationRecord, validate_resource_id, validate_roles, validate_scope};
+use crate::operation::ErrorCode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodeErrorKind {
@@ -37,12 +38,12 @@ impl DecodeError {
     }
 
     /// The stable `errorCode` of this failure.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self.kind {
-            DecodeErrorKind::BadDigest => error_code::BAD_DIGEST,
-            DecodeErrorKind::Truncated => error_code::TRUNCATED,
-            DecodeErrorKind::BadLine => error_code::BAD_LINE,
-            DecodeErrorKind::UnknownSchema => error_code::UNKNOWN_SCHEMA,
+            DecodeErrorKind::BadDigest => ErrorCode::ArtifactBadDigest,
+            DecodeErrorKind::Truncated => ErrorCode::ArtifactTruncated,
+            DecodeErrorKind::BadLine => ErrorCode::ArtifactBadLine,
+            DecodeErrorKind::UnknownSchema => ErrorCode::ArtifactUnknownSchema,
         }
     }
 

@@ -112,18 +112,18 @@ fn each_failure_has_its_code_and_line() {
     let mut tampered = digest.clone();
     tampered.replace_range(10..11, if &digest[10..11] == "0" { "1" } else { "0" });
     let e = summary.check_digest(&tampered).unwrap_err();
-    assert_eq!(e.code(), "artifact_bad_digest");
+    assert_eq!(e.code().as_str(), "artifact_bad_digest");
 
     // Truncated: cut mid-line, missing trailer, empty, trailer counts off.
     let e = error(&bytes[..bytes.len() - 10]);
-    assert_eq!((e.code(), e.line), ("artifact_truncated", 6));
+    assert_eq!((e.code().as_str(), e.line), ("artifact_truncated", 6));
     let e = error(&lines_to_bytes(&lines[..5]));
-    assert_eq!((e.code(), e.line), ("artifact_truncated", 6), "{e}");
-    assert_eq!(error(b"").code(), "artifact_truncated");
+    assert_eq!((e.code().as_str(), e.line), ("artifact_truncated", 6), "{e}");
+    assert_eq!(error(b"").code().as_str(), "artifact_truncated");
     let mut short = lines.clone();
     short.remove(2);
     let e = error(&lines_to_bytes(&short));
-    assert_eq!((e.code(), e.line), ("artifact_truncated", 5), "{e}");
+    assert_eq!((e.code().as_str(), e.line), ("artifact_truncated", 5), "{e}");
 
     // Bad lines: garbage, unknown type, order, after trailer, invalid record, blank.
     for (index, replacement, expected_line) in [
@@ -138,24 +138,24 @@ fn each_failure_has_its_code_and_line() {
         let mut bad = lines.clone();
         bad[index] = replacement;
         let e = error(&lines_to_bytes(&bad));
-        assert_eq!((e.code(), e.line), ("artifact_bad_line", expected_line), "{e}");
+        assert_eq!((e.code().as_str(), e.line), ("artifact_bad_line", expected_line), "{e}");
         assert!(e.to_string().starts_with(&format!("line {expected_line}: ")), "{e}");
     }
     let mut after = lines.clone();
     after.push(lines[1].clone());
     let e = error(&lines_to_bytes(&after));
-    assert_eq!((e.code(), e.line), ("artifact_bad_line", 7));
-    assert_eq!(error(br#"{"type":"hea"#).code(), "artifact_truncated", "a header cut off at EOF");
-    assert_eq!(error(&[b'x'; 10]).code(), "artifact_bad_line", "junk is not a cut-off line");
+    assert_eq!((e.code().as_str(), e.line), ("artifact_bad_line", 7));
+    assert_eq!(error(br#"{"type":"hea"#).code().as_str(), "artifact_truncated", "a header cut off at EOF");
+    assert_eq!(error(&[b'x'; 10]).code().as_str(), "artifact_bad_line", "junk is not a cut-off line");
     let mut invalid_utf8 = lines_to_bytes(&lines);
     invalid_utf8[lines[0].len() + 10] = 0xff;
-    assert_eq!(error(&invalid_utf8).code(), "artifact_bad_line");
+    assert_eq!(error(&invalid_utf8).code().as_str(), "artifact_bad_line");
 
     // Unknown schema version.
     let mut v2 = lines.clone();
     v2[0] = header_line(&Header { schema_version: 2, ..Header::new("t/p", 9) });
     let e = error(&lines_to_bytes(&v2));
-    assert_eq!((e.code(), e.line), ("artifact_unknown_schema", 1));
+    assert_eq!((e.code().as_str(), e.line), ("artifact_unknown_schema", 1));
 }
 
 #[test]
@@ -181,5 +181,5 @@ fn overlong_lines_are_rejected_without_buffering_them() {
         }
     }
     let e = result.unwrap_err();
-    assert_eq!((e.code(), e.line), ("artifact_bad_line", 2));
+    assert_eq!((e.code().as_str(), e.line), ("artifact_bad_line", 2));
 }

@@ -19,7 +19,7 @@ impl ArtifactDigest {
 
     /// The digest in its wire form, `sha256:<hex>`.
     pub fn finish(self) -> String {
-        format!("sha256:{}", crate::operation::hex(&self.0.finalize()))
+        format!("sha256:{}", crate::kinds::hex(&self.0.finalize()))
     }
 
     /// The digest of `bytes` in one call.

@@ -32,21 +32,6 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// is far smaller (the whole append body is capped at 8 MiB).
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
-/// Stable `errorCode`s of artifact failures (import validation, artifact lookups).
-pub mod error_code {
-    /// The bytes do not hash to the artifact's recorded digest.
-    pub const BAD_DIGEST: &str = "artifact_bad_digest";
-    /// The artifact ends early: no header, no trailer, a cut-off last line, or trailer
-    /// counts that do not match the records.
-    pub const TRUNCATED: &str = "artifact_truncated";
-    /// A line is not a valid record, or records are out of place.
-    pub const BAD_LINE: &str = "artifact_bad_line";
-    /// The header names a schema version this build does not read.
-    pub const UNKNOWN_SCHEMA: &str = "artifact_unknown_schema";
-    /// The referenced artifact no longer exists (deleted or expired).
-    pub const NOT_FOUND: &str = "artifact_not_found";
-}
-
 /// One record of the artifact body.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {

@@ -50,3 +50,34 @@ mod tests {
         assert!(MessageCursor::decode(&not_json).is_err());
     }
 }
+
+/// The opaque cursor of a newest-first listing (operations, artifacts): the position
+/// `(createdAtMs, id)` of the last row of a page.
+pub struct ListCursor;
+
+impl ListCursor {
+    pub fn encode(created_at_ms: i64, id: &str) -> String {
+        URL_SAFE_NO_PAD.encode(format!("{created_at_ms}:{id}"))
+    }
+
+    /// `None` for anything this service did not hand out.
+    pub fn decode(text: &str) -> Option<(i64, String)> {
+        let raw = URL_SAFE_NO_PAD.decode(text).ok()?;
+        let text = String::from_utf8(raw).ok()?;
+        let (at, id) = text.split_once(':')?;
+        Some((at.parse().ok()?, id.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod list_cursor_tests {
+    use super::ListCursor;
+
+    #[test]
+    fn list_cursors_round_trip_and_reject_junk() {
+        let c = ListCursor::encode(17, "01ARZ3NDEKTSV4RRFFQ69G5FAV");
+        assert_eq!(ListCursor::decode(&c), Some((17, "01ARZ3NDEKTSV4RRFFQ69G5FAV".to_string())));
+        assert_eq!(ListCursor::decode("%%%"), None);
+        assert_eq!(ListCursor::decode("bm9jb2xvbg"), None);
+    }
+}

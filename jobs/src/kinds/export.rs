@@ -1,12 +1,17 @@
-//! The `export` operation: its payload and the checkpoint a resumed run continues from.
+//! The `export` operation: the tenant's messages and entries, streamed into a stored
+//! artifact. Its payload, the checkpoint a resumed run continues from, and its result.
 
 use serde::{Deserialize, Serialize};
 
-use crate::artifact::EncoderState;
+use super::{Kind, request_variant};
+use crate::artifact::{EncoderState, Finished};
+use crate::contract::{ContextOperationKind, ExportContextRequest};
+
+pub struct Export;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ExportJob {
+pub struct ExportArgs {
     #[serde(default)]
     pub include_expired: bool,
 }
@@ -25,4 +30,44 @@ pub struct ExportCheckpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_entry: Option<String>,
     pub encoder: EncoderState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportResult {
+    pub artifact_id: String,
+    pub digest: String,
+    pub size_bytes: u64,
+    pub messages: u64,
+    pub entries: u64,
+}
+
+impl ExportResult {
+    pub fn new(artifact_id: &str, finished: &Finished) -> Self {
+        Self {
+            artifact_id: artifact_id.to_string(),
+            digest: finished.digest.clone(),
+            size_bytes: finished.size_bytes,
+            messages: finished.messages,
+            entries: finished.entries,
+        }
+    }
+}
+
+pub const PHASE_EXPORTING: &str = "exporting";
+pub const PHASE_SEALING: &str = "sealing";
+
+impl Kind for Export {
+    const KIND: ContextOperationKind = ContextOperationKind::Export;
+    type Submission = ExportContextRequest;
+    type Args = ExportArgs;
+    type Checkpoint = ExportCheckpoint;
+    type Output = ExportResult;
+    request_variant!(Export);
+}
+
+impl Export {
+    pub fn args(submission: ExportContextRequest) -> ExportArgs {
+        ExportArgs { include_expired: submission.include_expired }
+    }
 }

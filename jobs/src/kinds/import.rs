@@ -1,12 +1,21 @@
-//! The `import` operation: its payload and the checkpoint a resumed run continues from.
+//! The `import` operation: messages and entries from a stored artifact or from inline
+//! records. Its payload, the checkpoint a resumed run continues from, its result, and the
+//! validation of a submission.
 
 use serde::{Deserialize, Serialize};
 
-use crate::contract::{ContextInsight, ConversationRecord};
+use super::{Kind, Rejection, request_variant};
+use crate::contract::{
+    ContextInsight, ContextOperationKind, ConversationRecord, ImportContextRequest, MAX_APPEND_MESSAGES,
+    validate_append,
+};
+use crate::entries::{EntryRuleError, validate_entry};
+
+pub struct Import;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ImportJob {
+pub struct ImportArgs {
     /// Import from a stored artifact of this tenant…
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact_ref: Option<String>,
@@ -42,4 +51,74 @@ pub struct ImportCheckpoint {
 pub struct ImportCounts {
     pub inserted: u64,
     pub skipped: u64,
+}
+
+/// The result: what was inserted and skipped (ids that existed), by record kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportResult {
+    pub messages: ImportCounts,
+    pub entries: ImportCounts,
+}
+
+impl From<&ImportCheckpoint> for ImportResult {
+    fn from(c: &ImportCheckpoint) -> Self {
+        Self { messages: c.messages, entries: c.entries }
+    }
+}
+
+pub const PHASE_VALIDATING: &str = "validating";
+pub const PHASE_IMPORTING: &str = "importing";
+pub const PHASE_DONE: &str = "done";
+
+impl Kind for Import {
+    const KIND: ContextOperationKind = ContextOperationKind::Import;
+    type Submission = ImportContextRequest;
+    type Args = ImportArgs;
+    type Checkpoint = ImportCheckpoint;
+    type Output = ImportResult;
+    request_variant!(Import);
+}
+
+impl Import {
+    /// Validate a submission: exactly one source; inline records obey the append limits.
+    /// Returns the args and the (required) idempotency key. Whether an `artifactRef`
+    /// names a ready artifact of the tenant is the shell's check.
+    pub fn args(submission: ImportContextRequest) -> Result<(ImportArgs, String), Rejection> {
+        let key = crate::operation::validate_idempotency_key(&submission.idempotency_key)?;
+        let inline = !submission.messages.is_empty() || !submission.entries.is_empty();
+        match (&submission.artifact_ref, inline) {
+            (Some(_), true) => {
+                return Err("give exactly one source: artifactRef or inline messages/entries, not both".into());
+            }
+            (None, false) => return Err("nothing to import: give artifactRef or inline messages/entries".into()),
+            (Some(id), false) => {
+                crate::ids::ArtifactId::parse(id).map_err(|e| Rejection::Invalid(e.to_string()))?;
+            }
+            (None, true) => {
+                if !submission.messages.is_empty() {
+                    validate_append(&submission.messages)?;
+                }
+                if submission.entries.len() > MAX_APPEND_MESSAGES {
+                    return Err(format!(
+                        "an inline import carries at most {MAX_APPEND_MESSAGES} entries, got {}",
+                        submission.entries.len()
+                    )
+                    .into());
+                }
+                for (i, entry) in submission.entries.iter().enumerate() {
+                    validate_entry(entry).map_err(|e| match e {
+                        EntryRuleError::Invalid(m) => Rejection::Invalid(format!("entries[{i}]: {m}")),
+                        EntryRuleError::PayloadTooLarge(m) => Rejection::TooLarge(format!("entries[{i}]: {m}")),
+                    })?;
+                }
+            }
+        }
+        let args = ImportArgs {
+            artifact_ref: submission.artifact_ref,
+            messages: submission.messages,
+            entries: submission.entries,
+        };
+        Ok((args, key))
+    }
 }

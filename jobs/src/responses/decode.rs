@@ -12,6 +12,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::operation::ErrorCode;
+
 /// Used when a refusal part carries no text: the decline still counts.
 const DEFAULT_REFUSAL: &str = "(the model refused without a message)";
 
@@ -86,16 +88,16 @@ pub enum ResponseDecodeError {
 impl ResponseDecodeError {
     /// A stable, machine-readable code for logs, metrics and API errors.
     #[must_use]
-    pub fn error_code(&self) -> &'static str {
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            Self::Refused { .. } => "refused",
-            Self::MixedRefusalAndToolCalls { .. } => "mixed_refusal_tool_calls",
-            Self::ProviderError { .. } => "provider_error",
-            Self::Failed { .. } => "provider_failed",
-            Self::Incomplete { .. } => "incomplete",
-            Self::Cancelled => "provider_cancelled",
-            Self::NonTerminal(_) => "non_terminal",
-            Self::Malformed(_) => "malformed_response",
+            Self::Refused { .. } => ErrorCode::Refused,
+            Self::MixedRefusalAndToolCalls { .. } => ErrorCode::MixedRefusalToolCalls,
+            Self::ProviderError { .. } => ErrorCode::ProviderError,
+            Self::Failed { .. } => ErrorCode::ProviderFailed,
+            Self::Incomplete { .. } => ErrorCode::Incomplete,
+            Self::Cancelled => ErrorCode::ProviderCancelled,
+            Self::NonTerminal(_) => ErrorCode::NonTerminal,
+            Self::Malformed(_) => ErrorCode::MalformedResponse,
         }
     }
 

@@ -13,6 +13,8 @@
 
 use serde_json::Value;
 
+use crate::operation::ErrorCode;
+
 /// First retry waits this long (before jitter); each further retry doubles it.
 const INITIAL_BACKOFF_MS: f64 = 500.0;
 /// Upper bound of the computed backoff.
@@ -27,7 +29,7 @@ pub enum HttpDisposition {
     /// Try again after this many milliseconds.
     Retry { after_ms: u64 },
     /// Give up; `code` is a stable machine-readable reason.
-    Fail { code: &'static str },
+    Fail { code: ErrorCode },
 }
 
 /// The response headers that steer retries, as raw strings (header names are
@@ -55,7 +57,7 @@ pub fn classify_http(
         return HttpDisposition::Fail { code };
     }
     if attempts_exhausted(attempt, max_attempts) {
-        return HttpDisposition::Fail { code: "retries_exhausted" };
+        return HttpDisposition::Fail { code: ErrorCode::RetriesExhausted };
     }
     let after_ms = server_hint_ms(headers).unwrap_or_else(|| backoff_ms(attempt, jitter));
     HttpDisposition::Retry { after_ms }
@@ -66,7 +68,7 @@ pub fn classify_http(
 #[must_use]
 pub fn classify_transport_error(attempt: u32, max_attempts: u32, jitter: f64) -> HttpDisposition {
     if attempts_exhausted(attempt, max_attempts) {
-        return HttpDisposition::Fail { code: "retries_exhausted" };
+        return HttpDisposition::Fail { code: ErrorCode::RetriesExhausted };
     }
     HttpDisposition::Retry { after_ms: backoff_ms(attempt, jitter) }
 }
@@ -90,20 +92,20 @@ fn attempts_exhausted(attempt: u32, max_attempts: u32) -> bool {
 /// `Ok(())` when the status may be retried, else the failure code. The server's
 /// explicit `x-should-retry` overrides the status rules, as in the official
 /// clients.
-fn retryable(status: u16, headers: &RetryHeaders, body: &Value) -> Result<(), &'static str> {
+fn retryable(status: u16, headers: &RetryHeaders, body: &Value) -> Result<(), ErrorCode> {
     // Out of credit does not clear by waiting, whatever the server hints: checked
     // before `x-should-retry` so a `true` there cannot re-bill a hopeless call.
     if status == 429 && is_insufficient_quota(body) {
-        return Err("insufficient_quota");
+        return Err(ErrorCode::InsufficientQuota);
     }
     match headers.x_should_retry.as_deref().map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         Some("true") => return Ok(()),
-        Some("false") => return Err("provider_rejected"),
+        Some("false") => return Err(ErrorCode::ProviderRejected),
         _ => {}
     }
     match status {
         408 | 409 | 429 | 500.. => Ok(()),
-        _ => Err("provider_rejected"),
+        _ => Err(ErrorCode::ProviderRejected),
     }
 }
 
@@ -139,8 +141,8 @@ mod tests {
     fn retry(after_ms: u64) -> HttpDisposition {
         HttpDisposition::Retry { after_ms }
     }
-    fn fail(code: &'static str) -> HttpDisposition {
-        HttpDisposition::Fail { code }
+    fn fail(code: &str) -> HttpDisposition {
+        HttpDisposition::Fail { code: ErrorCode::parse(code).expect("a known code") }
     }
 
     #[test]

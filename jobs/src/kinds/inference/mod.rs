@@ -16,22 +16,9 @@ pub use submission::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::contract::{ConversationRecord, ConversationScope};
+use super::{Kind, request_variant};
+use crate::contract::{ContextOperationKind, ConversationRecord, ConversationScope};
 use crate::responses::{ResponseDecodeError, ResponsesRequest, TokenUsage, decode_response};
-
-/// Error codes an inference operation can fail with, beyond the decoder's own
-/// ([`ResponseDecodeError::error_code`]) and the retry policy's
-/// (`provider_rejected`, `insufficient_quota`, `retries_exhausted`).
-pub mod error_code {
-    /// Every attempt's last failure was the total timeout (`RESPONSES_TIMEOUT_MS`).
-    pub const TIMEOUT: &str = crate::operation::error_code::TIMEOUT;
-    /// The attempt budget ran out on transient failures (5xx, 429, connection errors…).
-    pub const RETRIES_EXHAUSTED: &str = crate::operation::error_code::RETRIES_EXHAUSTED;
-    /// A 2xx reply whose body is not JSON at all.
-    pub const MALFORMED_RESPONSE: &str = "malformed_response";
-    /// `appendReply` could not append: the conversation is being deleted.
-    pub const CONVERSATION_DELETING: &str = "conversation_deleting";
-}
 
 /// The stored payload of an `inference` operation: one Responses turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,6 +34,20 @@ pub struct InferenceJob {
     #[serde(default)]
     pub append_reply: bool,
 }
+
+pub struct Inference;
+
+impl Kind for Inference {
+    const KIND: ContextOperationKind = ContextOperationKind::Inference;
+    type Submission = InferenceSubmission;
+    type Args = InferenceJob;
+    type Checkpoint = InferenceCheckpoint;
+    type Output = InferenceResult;
+    request_variant!(Inference);
+}
+
+pub const PHASE_CALLING_PROVIDER: &str = "calling_provider";
+pub const PHASE_APPENDING_REPLY: &str = "appending_reply";
 
 /// How a successful turn ended. A refusal is the model's answer to the turn, so the
 /// operation succeeds and says so here.

@@ -1,0 +1,25 @@
+//! The operation protocol as data: the state machine ([`machine`]) with every transition
+//! and the decision after each attempt, every stable error code ([`ErrorCode`]), the retry
+//! policy, the polling hints clients get, and the submission rules every kind shares.
+//! The shell runs this against the database; nothing here does I/O.
+
+pub mod error_code;
+pub mod machine;
+pub mod polling;
+pub mod retry;
+
+pub use error_code::ErrorCode;
+pub use machine::{AttemptEnd, Progress, Transition, decide, phase};
+pub use polling::{etag, next_poll_after_ms, retry_after_secs};
+pub use retry::RetryPolicy;
+
+use crate::contract::MAX_RESOURCE_ID_CHARS;
+pub use crate::kinds::OperationRequest;
+
+/// An idempotency key: 1–191 characters, not blank, no NUL. `Err` is a 400 message.
+pub fn validate_idempotency_key(key: &str) -> Result<String, String> {
+    if key.trim().is_empty() || key.chars().count() > MAX_RESOURCE_ID_CHARS || key.contains('\0') {
+        return Err(format!("idempotency key must be 1..={MAX_RESOURCE_ID_CHARS} characters"));
+    }
+    Ok(key.to_string())
+}

@@ -1,0 +1,277 @@
+//! Typed configuration, loaded once from flags and environment variables, grouped by
+//! concern ([`groups`]). Each subcommand takes (and `--help` shows) only the groups it
+//! uses; the rest keep their defaults. Invalid values stop startup with one line.
+
+pub mod groups;
+
+use std::time::Duration;
+
+use clap::{Args, FromArgMatches, Parser, Subcommand};
+use secrecy::ExposeSecret as _;
+
+pub use groups::*;
+
+#[derive(Parser)]
+#[command(
+    name = "context-ops",
+    version,
+    about = "Durable conversation context and pollable operations for agent runtimes"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// API and workers in one process (the default deployment).
+    Serve(Box<ServeArgs>),
+    /// HTTP API only.
+    Api(Box<ApiArgs>),
+    /// Queue workers, dispatcher and maintenance loops only.
+    Worker(Box<WorkerArgs>),
+    /// Apply database migrations and exit.
+    Migrate(MigrateArgs),
+}
+
+/// What a started service runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// API and workers.
+    Serve,
+    /// HTTP API only.
+    Api,
+    /// Workers, dispatcher and maintenance loops only.
+    Worker,
+}
+
+impl Role {
+    pub fn runs_api(self) -> bool {
+        matches!(self, Role::Serve | Role::Api)
+    }
+    pub fn runs_workers(self) -> bool {
+        matches!(self, Role::Serve | Role::Worker)
+    }
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub log: LogConfig,
+    #[command(flatten)]
+    pub http: HttpConfig,
+    #[command(flatten)]
+    pub metrics: MetricsConfig,
+    #[command(flatten)]
+    pub database: DatabaseConfig,
+    #[command(flatten)]
+    pub queue: QueueConfig,
+    #[command(flatten)]
+    pub auth: AuthConfig,
+    #[command(flatten)]
+    pub worker: WorkerConfig,
+    #[command(flatten)]
+    pub retention: RetentionConfig,
+    #[command(flatten)]
+    pub embedder: EmbedderConfig,
+    #[command(flatten)]
+    pub artifacts: ArtifactConfig,
+    #[command(flatten)]
+    pub provider: ProviderConfig,
+}
+
+#[derive(Args)]
+pub struct ApiArgs {
+    #[command(flatten)]
+    pub log: LogConfig,
+    #[command(flatten)]
+    pub http: HttpConfig,
+    #[command(flatten)]
+    pub metrics: MetricsConfig,
+    #[command(flatten)]
+    pub database: DatabaseConfig,
+    #[command(flatten)]
+    pub queue: QueueConfig,
+    #[command(flatten)]
+    pub auth: AuthConfig,
+    #[command(flatten)]
+    pub embedder: EmbedderConfig,
+    #[command(flatten)]
+    pub artifacts: ArtifactConfig,
+}
+
+#[derive(Args)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    pub log: LogConfig,
+    #[command(flatten)]
+    pub metrics: MetricsConfig,
+    #[command(flatten)]
+    pub database: DatabaseConfig,
+    #[command(flatten)]
+    pub queue: QueueConfig,
+    #[command(flatten)]
+    pub worker: WorkerConfig,
+    #[command(flatten)]
+    pub retention: RetentionConfig,
+    #[command(flatten)]
+    pub embedder: EmbedderConfig,
+    #[command(flatten)]
+    pub artifacts: ArtifactConfig,
+    #[command(flatten)]
+    pub provider: ProviderConfig,
+}
+
+#[derive(Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub log: LogConfig,
+    #[command(flatten)]
+    pub database: DatabaseConfig,
+}
+
+/// The whole configuration of a process. No `Debug`: it holds database and Redis URLs,
+/// which may carry passwords (the secrets proper are [`secrecy::SecretString`]s).
+#[derive(Clone)]
+pub struct Config {
+    pub log: LogConfig,
+    pub http: HttpConfig,
+    pub metrics: MetricsConfig,
+    pub database: DatabaseConfig,
+    pub queue: QueueConfig,
+    pub auth: AuthConfig,
+    pub worker: WorkerConfig,
+    pub retention: RetentionConfig,
+    pub embedder: EmbedderConfig,
+    pub artifacts: ArtifactConfig,
+    pub provider: ProviderConfig,
+}
+
+/// A group's defaults (and its environment variables), as if no flag were given.
+fn defaults<G: Args + FromArgMatches>() -> G {
+    let command = G::augment_args(clap::Command::new("defaults").no_binary_name(true));
+    let matches = command.try_get_matches_from(std::iter::empty::<&str>());
+    matches.and_then(|m| G::from_arg_matches(&m)).unwrap_or_else(|e| e.exit())
+}
+
+impl Command {
+    /// The configuration and role this command runs with (`None`: `migrate`).
+    pub fn into_config(self) -> (Config, Option<Role>) {
+        match self {
+            Command::Serve(a) => {
+                let a = *a;
+                let config = Config {
+                    log: a.log,
+                    http: a.http,
+                    metrics: a.metrics,
+                    database: a.database,
+                    queue: a.queue,
+                    auth: a.auth,
+                    worker: a.worker,
+                    retention: a.retention,
+                    embedder: a.embedder,
+                    artifacts: a.artifacts,
+                    provider: a.provider,
+                };
+                (config, Some(Role::Serve))
+            }
+            Command::Api(a) => {
+                let a = *a;
+                let config = Config {
+                    log: a.log,
+                    http: a.http,
+                    metrics: a.metrics,
+                    database: a.database,
+                    queue: a.queue,
+                    auth: a.auth,
+                    embedder: a.embedder,
+                    artifacts: a.artifacts,
+                    ..Config::defaults()
+                };
+                (config, Some(Role::Api))
+            }
+            Command::Worker(a) => {
+                let a = *a;
+                let config = Config {
+                    log: a.log,
+                    metrics: a.metrics,
+                    database: a.database,
+                    queue: a.queue,
+                    worker: a.worker,
+                    retention: a.retention,
+                    embedder: a.embedder,
+                    artifacts: a.artifacts,
+                    provider: a.provider,
+                    ..Config::defaults()
+                };
+                (config, Some(Role::Worker))
+            }
+            Command::Migrate(a) => (Config { log: a.log, database: a.database, ..Config::defaults() }, None),
+        }
+    }
+}
+
+impl Config {
+    /// Defaults for everything, as if no flag were given (tests build on this).
+    pub fn defaults() -> Self {
+        Self {
+            log: defaults(),
+            http: defaults(),
+            metrics: defaults(),
+            database: defaults(),
+            queue: defaults(),
+            auth: defaults(),
+            worker: defaults(),
+            retention: defaults(),
+            embedder: defaults(),
+            artifacts: defaults(),
+            provider: defaults(),
+        }
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let w = &self.worker;
+        anyhow::ensure!(w.lease_secs >= 2, "CONTEXT_OPS_LEASE_SECS must be at least 2");
+        anyhow::ensure!(w.max_attempts >= 1, "CONTEXT_OPS_MAX_ATTEMPTS must be at least 1");
+        anyhow::ensure!(w.batch_size >= 1, "CONTEXT_OPS_BATCH_SIZE must be at least 1");
+        anyhow::ensure!(w.worker_concurrency >= 1, "CONTEXT_OPS_WORKER_CONCURRENCY must be at least 1");
+        anyhow::ensure!(self.http.wait_recheck_ms >= 1, "CONTEXT_OPS_WAIT_RECHECK_MS must be at least 1");
+        anyhow::ensure!(self.database.db_max_connections >= 2, "CONTEXT_OPS_DB_MAX_CONNECTIONS must be at least 2");
+        if let Some(secret) = &self.auth.jwt_secret {
+            anyhow::ensure!(secret.expose_secret().len() >= 16, "CONTEXT_OPS_JWT_SECRET must be at least 16 bytes");
+        }
+        if let Some(token) = &self.auth.service_token {
+            anyhow::ensure!(!token.expose_secret().trim().is_empty(), "AGENT_CONTEXT_SERVICE_TOKEN must not be empty");
+        }
+        let e = &self.embedder;
+        if e.embedder == EmbedderKind::Openai {
+            anyhow::ensure!(
+                e.embeddings_base_url.is_some(),
+                "CONTEXT_OPS_EMBEDDINGS_BASE_URL is required with the openai embedder"
+            );
+        }
+        anyhow::ensure!((8..=4096).contains(&e.embedding_dim), "CONTEXT_OPS_EMBEDDING_DIM must be in 8..=4096");
+        anyhow::ensure!(
+            self.artifacts.artifact_chunk_bytes >= 4096,
+            "CONTEXT_OPS_ARTIFACT_CHUNK_BYTES must be at least 4096"
+        );
+        let p = &self.provider;
+        anyhow::ensure!(p.responses_max_attempts >= 1, "RESPONSES_MAX_ATTEMPTS must be at least 1");
+        anyhow::ensure!(
+            p.responses_base_url.starts_with("http://") || p.responses_base_url.starts_with("https://"),
+            "RESPONSES_BASE_URL must be an http(s) URL"
+        );
+        anyhow::ensure!(!self.queue.queue_namespace.is_empty(), "CONTEXT_OPS_QUEUE_NAMESPACE must not be empty");
+        if let Some(url) = &self.queue.redis_url {
+            anyhow::ensure!(
+                url.starts_with("redis://") || url.starts_with("rediss://"),
+                "REDIS_URL must start with redis:// or rediss://"
+            );
+        }
+        Ok(())
+    }
+
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs(self.worker.lease_secs)
+    }
+}

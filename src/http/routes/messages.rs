@@ -1,0 +1,105 @@
+//! The contract's message endpoints: append, recent, page, search, conversations:list.
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+
+use crate::http::body::AppendJson;
+use axum::extract::State;
+use axum::routing::post;
+
+use crate::http::AppState;
+use crate::http::auth::Caller;
+use crate::http::error::{ApiJson, ApiResult, AppError};
+use crate::metrics::{MESSAGES_APPENDED, MESSAGES_SKIPPED};
+use crate::store::messages as store;
+use context_jobs::contract::{
+    AppendMessagesRequest, AppendResponse, CONVERSATIONS_LIST_PATH, ConversationsResponse, ListConversationsRequest,
+    MESSAGES_APPEND_PATH, MESSAGES_PAGE_PATH, MESSAGES_RECENT_PATH, MESSAGES_SEARCH_PATH, MessageCursor, MessagePage,
+    MessagesResponse, PageMessagesRequest, RecentMessagesRequest, SearchMessagesRequest, clamp_page_size,
+    validate_append, validate_resource_id, validate_roles, validate_scope, validate_search_query,
+};
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        // The append route enforces its own limit and drains oversized bodies.
+        .route(MESSAGES_APPEND_PATH, post(append).layer(DefaultBodyLimit::disable()))
+        .route(MESSAGES_RECENT_PATH, post(recent))
+        .route(MESSAGES_PAGE_PATH, post(page))
+        .route(MESSAGES_SEARCH_PATH, post(search))
+        .route(CONVERSATIONS_LIST_PATH, post(list_conversations))
+}
+
+async fn append(
+    State(state): State<AppState>,
+    caller: Caller,
+    AppendJson(request): AppendJson<AppendMessagesRequest>,
+) -> ApiResult<ApiJson<AppendResponse>> {
+    validate_append(&request.messages).map_err(AppError::BadRequest)?;
+    let response = store::append(&state.db, &caller.tenant, &request.messages).await?;
+    metrics::counter!(MESSAGES_APPENDED).increment(response.appended as u64);
+    metrics::counter!(MESSAGES_SKIPPED).increment(response.skipped as u64);
+    Ok(ApiJson(response))
+}
+
+async fn recent(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(request): ApiJson<RecentMessagesRequest>,
+) -> ApiResult<ApiJson<MessagesResponse>> {
+    validate_scope(&request.scope).map_err(AppError::BadRequest)?;
+    validate_roles(&request.roles).map_err(AppError::BadRequest)?;
+    let limit = clamp_page_size(request.limit);
+    let items = store::recent(&state.db, &caller.tenant, &request.scope.conversation_id, &request.roles, limit).await?;
+    Ok(ApiJson(MessagesResponse { items }))
+}
+
+async fn page(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(request): ApiJson<PageMessagesRequest>,
+) -> ApiResult<ApiJson<MessagePage>> {
+    validate_scope(&request.scope).map_err(AppError::BadRequest)?;
+    validate_roles(&request.roles).map_err(AppError::BadRequest)?;
+    let cursor = request.cursor.as_deref().map(MessageCursor::decode).transpose().map_err(AppError::BadRequest)?;
+    let limit = clamp_page_size(request.limit);
+    let (items, next) =
+        store::page(&state.db, &caller.tenant, &request.scope.conversation_id, &request.roles, cursor.as_ref(), limit)
+            .await?;
+    Ok(ApiJson(MessagePage { items, next_cursor: next.map(|c| c.encode()) }))
+}
+
+async fn search(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(request): ApiJson<SearchMessagesRequest>,
+) -> ApiResult<ApiJson<MessagesResponse>> {
+    validate_scope(&request.scope).map_err(AppError::BadRequest)?;
+    if let Some(query) = &request.query {
+        validate_search_query(query).map_err(AppError::BadRequest)?;
+    }
+    if let Some(role) = &request.role {
+        validate_roles(std::slice::from_ref(role)).map_err(AppError::BadRequest)?;
+    }
+    let limit = clamp_page_size(request.limit);
+    let items = store::search(
+        &state.db,
+        &caller.tenant,
+        &request.scope.conversation_id,
+        request.query.as_deref(),
+        request.role.as_deref(),
+        limit,
+    )
+    .await?;
+    Ok(ApiJson(MessagesResponse { items }))
+}
+
+async fn list_conversations(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(request): ApiJson<ListConversationsRequest>,
+) -> ApiResult<ApiJson<ConversationsResponse>> {
+    validate_resource_id("agentId", &request.agent_id).map_err(AppError::BadRequest)?;
+    let limit = clamp_page_size(request.limit);
+    let items = store::list_conversations(&state.db, &caller.tenant, &request.agent_id, limit).await?;
+    Ok(ApiJson(ConversationsResponse { items }))
+}

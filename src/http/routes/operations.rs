@@ -1,0 +1,313 @@
+//! The operations resource. Contract paths: `conversations/delete`, `conversations/retention`,
+//! `operations` (POST `{operationId}`), `maintenance/status`. Beside them, REST-style
+//! extras returning the same JSON: `GET operations/{id}` (ETag, 304, Retry-After),
+//! `GET operations/{id}/wait` (long poll), `GET operations` (cursor-paged list),
+//! `POST operations/{id}/cancel`, `DELETE operations/{id}` (forget), and
+//! `POST advanced-operations` (generic submission by kind).
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::submit::{idempotency_key, submit_ctx, submit_kind, submit_prepared, submitted_response};
+use crate::http::AppState;
+use crate::http::auth::Caller;
+use crate::http::error::{ApiJson, ApiResult, AppError};
+use crate::http::extract::{ApiQuery, IdPath, decode_list_cursor};
+use crate::store::operations::{self as ops, ListFilter, OperationRow, dispatch, transitions};
+use crate::store::{maintenance, now_ms};
+use context_jobs::contract::{
+    CONTEXT_ADVANCED_OPERATIONS_PATH, CONTEXT_OPERATIONS_PATH, CONVERSATION_DELETE_PATH, ContextMaintenanceStatus,
+    ContextOperationKind, ContextOperationState, DeleteConversationRequest, DeletionOperation,
+    GetContextOperationRequest, ListCursor, MAINTENANCE_STATUS_PATH, RETENTION_PATH, RetentionRequest, clamp_page_size,
+};
+use context_jobs::ids::OperationId;
+use context_jobs::kinds::delete::Delete;
+use context_jobs::kinds::retention::Retention;
+use context_jobs::operation::{Transition, etag, retry_after_secs, validate_idempotency_key};
+
+const MAX_WAIT_MS: u64 = 30_000;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route(CONVERSATION_DELETE_PATH, post(delete_conversation))
+        .route(RETENTION_PATH, post(retention))
+        .route(CONTEXT_OPERATIONS_PATH, post(get_by_body).get(list))
+        .route(&format!("{CONTEXT_OPERATIONS_PATH}/{{id}}"), get(get_one).delete(forget))
+        .route(&format!("{CONTEXT_OPERATIONS_PATH}/{{id}}/wait"), get(wait))
+        .route(&format!("{CONTEXT_OPERATIONS_PATH}/{{id}}/cancel"), post(cancel))
+        .route(CONTEXT_ADVANCED_OPERATIONS_PATH, post(advanced))
+        .route(MAINTENANCE_STATUS_PATH, get(maintenance).post(maintenance))
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+pub async fn load(state: &AppState, caller: &Caller, id: &OperationId) -> ApiResult<OperationRow> {
+    ops::get(&state.db, &caller.tenant, id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("operation {id} not found")))
+}
+
+/// The operation as JSON with its polling headers: ETag always, Retry-After while live.
+pub fn operation_response(status: StatusCode, op: &OperationRow) -> Response {
+    let view = op.to_contract(now_ms());
+    let mut response = (status, ApiJson(&view)).into_response();
+    let headers = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&etag(op.id.as_str(), view.version)) {
+        headers.insert(header::ETAG, v);
+    }
+    if let Some(ms) = view.next_poll_after_ms {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(ms)));
+    }
+    response
+}
+
+async fn delete_conversation(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<DeleteConversationRequest>,
+) -> ApiResult<Response> {
+    let op = submit_kind::<Delete>(&state, &caller, &headers, request).await?;
+    let view = op.to_contract(now_ms());
+    let body = DeletionOperation {
+        id: view.id.clone(),
+        state: view.state.as_str().to_string(),
+        deleted_messages: view.processed,
+        created_at_ms: view.created_at_ms,
+        next_poll_after_ms: view.next_poll_after_ms,
+        error_code: view.error_code.clone(),
+    };
+    Ok(submitted_response(&op, ApiJson(body).into_response()))
+}
+
+async fn retention(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<RetentionRequest>,
+) -> ApiResult<Response> {
+    let op = submit_kind::<Retention>(&state, &caller, &headers, request).await?;
+    Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AdvancedRequest {
+    kind: String,
+    request: serde_json::Value,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+/// Generic submission: `{kind, request, idempotencyKey?}` where `request` is the body the
+/// kind's own endpoint takes. Same validation, same result (the kinds' dispatch table).
+async fn advanced(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<AdvancedRequest>,
+) -> ApiResult<Response> {
+    let kind = ContextOperationKind::parse(&body.kind)
+        .ok_or_else(|| AppError::BadRequest(format!("unknown operation kind {:?}", truncate(&body.kind))))?;
+    let key = match body.idempotency_key {
+        Some(k) => Some(validate_idempotency_key(&k).map_err(AppError::BadRequest)?),
+        None => idempotency_key(&headers)?,
+    };
+    let prepared = (crate::kinds::entry_of(kind).prepare)(&submit_ctx(&state, &caller), body.request).await?;
+    let op = submit_prepared(&state, &caller, prepared, key).await?;
+    Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
+}
+
+async fn get_by_body(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(request): ApiJson<GetContextOperationRequest>,
+) -> ApiResult<Response> {
+    let id = OperationId::parse(&request.operation_id)?;
+    let op = load(&state, &caller, &id).await?;
+    Ok(operation_response(StatusCode::OK, &op))
+}
+
+async fn get_one(
+    State(state): State<AppState>,
+    caller: Caller,
+    IdPath(id): IdPath<OperationId>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let op = load(&state, &caller, &id).await?;
+    let tag = etag(op.id.as_str(), op.version.max(0) as u64);
+    let matches = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == tag || t.trim() == "*"));
+    if matches {
+        let mut response = operation_response(StatusCode::NOT_MODIFIED, &op);
+        *response.body_mut() = axum::body::Body::empty();
+        response.headers_mut().remove(header::CONTENT_TYPE);
+        return Ok(response);
+    }
+    Ok(operation_response(StatusCode::OK, &op))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WaitQuery {
+    /// Return as soon as the version differs from this (default: the current version).
+    since_version: Option<i64>,
+    timeout_ms: Option<u64>,
+}
+
+/// Long poll: answers as soon as the operation's version changes (or it is terminal),
+/// or after `timeoutMs` (capped at 30 s) with the unchanged operation.
+async fn wait(
+    State(state): State<AppState>,
+    caller: Caller,
+    IdPath(id): IdPath<OperationId>,
+    ApiQuery(query): ApiQuery<WaitQuery>,
+) -> ApiResult<Response> {
+    // Watching before the first read: a change committed after the read wakes us (from this
+    // process, or on PostgreSQL from any; anything else is seen by the periodic re-read).
+    let watch = state.changes.watch(&id);
+    let mut changed = watch.armed();
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(query.timeout_ms.unwrap_or(MAX_WAIT_MS).min(MAX_WAIT_MS));
+    let mut current = until_readable(deadline, || load(&state, &caller, &id)).await?;
+    let since = query.since_version.unwrap_or(current.version);
+    while current.version == since && !current.state.is_terminal() {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            break;
+        }
+        let notified = tokio::select! {
+            () = &mut changed => true,
+            () = tokio::time::sleep(Duration::from_millis(state.config.http.wait_recheck_ms).min(deadline - now)) => false,
+            // Shutting down: answer now (the client polls again) rather than hold the
+            // HTTP server's graceful drain for up to the whole wait.
+            () = state.shutdown.cancelled() => break,
+        };
+        changed = watch.armed();
+        // Woken: read the row. Timed out: a cheap version check first. A read that fails
+        // transiently (SQLite busy, say) is no news: the wait goes on and reads again.
+        let moved = notified
+            || match ops::version(&state.db, &caller.tenant, &current.id).await {
+                Ok(Some(v)) => v != current.version,
+                Ok(None) => true,
+                Err(e) if e.is_transient() => false,
+                Err(e) => return Err(e.into()),
+            };
+        if moved {
+            match load(&state, &caller, &current.id).await {
+                Ok(op) => current = op,
+                Err(AppError::Unavailable(e)) => {
+                    tracing::debug!(error = format!("{e:#}"), "long-poll re-read failed; reading again");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(operation_response(StatusCode::OK, &current))
+}
+
+/// Read with `read` until it succeeds, a non-transient error, or `deadline`: a long-poll
+/// may wait out a momentary database hiccup instead of answering 503.
+async fn until_readable<F, Fut>(deadline: tokio::time::Instant, read: F) -> ApiResult<OperationRow>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ApiResult<OperationRow>>,
+{
+    loop {
+        match read().await {
+            Err(AppError::Unavailable(e)) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = format!("{e:#}"), "long-poll read failed; reading again");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn cancel(State(state): State<AppState>, caller: Caller, IdPath(id): IdPath<OperationId>) -> ApiResult<Response> {
+    let cancelled_now = transitions::cancel(&state.db, &caller.tenant, &id).await?;
+    state.changes.committed(&id);
+    let op = load(&state, &caller, &id).await?;
+    if let (true, Some(outcome)) = (cancelled_now, Transition::CancelQueued.outcome()) {
+        metrics::counter!(crate::metrics::OPERATIONS_FINISHED, "kind" => op.kind.as_str(), "outcome" => outcome)
+            .increment(1);
+    }
+    Ok(operation_response(StatusCode::OK, &op))
+}
+
+async fn forget(
+    State(state): State<AppState>,
+    caller: Caller,
+    IdPath(id): IdPath<OperationId>,
+) -> ApiResult<StatusCode> {
+    dispatch::forget(&state.db, &caller.tenant, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ListQuery {
+    kind: Option<String>,
+    state: Option<String>,
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn list(State(state): State<AppState>, caller: Caller, ApiQuery(q): ApiQuery<ListQuery>) -> ApiResult<Response> {
+    let kind = q
+        .kind
+        .as_deref()
+        .map(|k| {
+            ContextOperationKind::parse(k)
+                .ok_or_else(|| AppError::BadRequest(format!("unknown kind {:?}", truncate(k))))
+        })
+        .transpose()?;
+    let op_state = q
+        .state
+        .as_deref()
+        .map(|s| {
+            ContextOperationState::parse(s)
+                .ok_or_else(|| AppError::BadRequest(format!("unknown state {:?}", truncate(s))))
+        })
+        .transpose()?;
+    let cursor = q.cursor.as_deref().map(|c| decode_list_cursor::<OperationId>(c, "operations")).transpose()?;
+    let limit = clamp_page_size(q.limit);
+    let filter = ListFilter { kind, state: op_state, before: cursor.as_ref().map(|(t, id)| (*t, id)), limit };
+    let mut rows = ops::list(&state.db, &caller.tenant, &filter).await?;
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let next = more.then(|| rows.last().map(|r| ListCursor::encode(r.created_at_ms, r.id.as_str()))).flatten();
+    let now = now_ms();
+    let items: Vec<_> = rows.iter().map(|r| r.to_contract(now)).collect();
+    let mut body = json!({"items": items});
+    if let Some(next) = next {
+        body["nextCursor"] = json!(next);
+    }
+    Ok(ApiJson(body).into_response())
+}
+
+/// Retention-sweep and projector figures are global (counts only, no tenant data); the
+/// index watermark is the caller's tenant's.
+async fn maintenance(State(state): State<AppState>, caller: Caller) -> ApiResult<ApiJson<ContextMaintenanceStatus>> {
+    let (last, processed) = maintenance::status(&state.db, maintenance::RETENTION_SWEEP).await?;
+    let (projector_last, projector_processed) = maintenance::status(&state.db, maintenance::PROJECTOR).await?;
+    let watermark = crate::store::vectors::watermark(&state.db, &caller.tenant).await?;
+    Ok(ApiJson(ContextMaintenanceStatus {
+        projector_last_run_ms: projector_last,
+        projector_processed: projector_processed.max(0) as u64,
+        retention_last_run_ms: last,
+        retention_processed: processed.max(0) as u64,
+        index_watermark: Some(watermark),
+    }))
+}

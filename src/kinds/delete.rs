@@ -1,0 +1,80 @@
+//! The `delete` job: remove a conversation's messages in bounded, checkpointed batches.
+//! Each batch deletes, adjusts the conversation's count and records progress in one
+//! transaction fenced by the lease, so a crash resumes with nothing deleted twice or
+//! counted twice. The final batch removes the conversation row and finishes the operation
+//! in the same transaction. Batches walk the conversation by sequence from the checkpoint
+//! (`afterSequence`), one index range each.
+
+use super::{Job, Prepared, SubmitCtx, SubmitError};
+use crate::kinds::job::{Finish, JobCtx, JobError, encode};
+use crate::store::messages::{conversations, deletes};
+use crate::store::operations::SubmitEffect;
+use context_jobs::contract::DeleteConversationRequest;
+use context_jobs::ids::ConversationId;
+use context_jobs::kinds::Kind;
+use context_jobs::kinds::delete::{Delete, DeleteArgs, DeleteCheckpoint, DeleteResult, PHASE_DELETING};
+use context_jobs::operation::Progress;
+
+impl Job for Delete {
+    async fn prepare(_: &SubmitCtx<'_>, submission: DeleteConversationRequest) -> Result<Prepared, SubmitError> {
+        let args = Delete::args(submission)?;
+        let conversation_id = ConversationId::from_stored(args.conversation_id.as_str());
+        Ok(Prepared {
+            request: Delete::wrap(args),
+            effect: SubmitEffect::MarkDeleting { conversation_id },
+            idempotency_key: None,
+        })
+    }
+
+    async fn run(ctx: &JobCtx, args: DeleteArgs) -> Result<Finish<DeleteResult>, JobError> {
+        let tenant = ctx.tenant();
+        let conversation = args.conversation_id.as_str();
+        let mut processed = ctx.operation.processed;
+        let resumed: Option<DeleteCheckpoint> = ctx.checkpoint()?;
+        let mut total = ctx.operation.total;
+        if resumed.is_none() && processed == 0 {
+            // Appends are refused while the delete runs, so the count is the total.
+            total = conversations::message_count(&ctx.db, tenant, conversation).await?.unwrap_or(0).max(0);
+        }
+        let mut at = resumed.unwrap_or_default();
+        let batch = ctx.batch_size();
+        loop {
+            let mut tx = ctx.begin().await?;
+            let first = deletes::first_after(&mut tx, tenant, conversation, at.after_sequence).await?;
+            // Nothing after the checkpoint at all (an empty conversation, or a resumed run
+            // whose last batch had committed): nothing after the batch either.
+            let (end, deleted, more) = match first {
+                None => (i64::MAX - 1, 0, false),
+                Some(first) => {
+                    let end = Delete::batch_end(first, batch);
+                    let (deleted, more) = deletes::delete_range(&mut tx, tenant, conversation, first, end).await?;
+                    (end, deleted, more)
+                }
+            };
+            let next = DeleteCheckpoint { after_sequence: end };
+            let progress = Progress {
+                phase: PHASE_DELETING,
+                processed: processed + deleted,
+                total: total.max(processed + deleted),
+                checkpoint: Some(encode(&next)?),
+            };
+            metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "delete").increment(deleted as u64);
+            if !more {
+                // Last batch: the conversation goes too (only if this operation holds it),
+                // and the operation finishes in this same commit.
+                deletes::remove_conversation(&mut tx, tenant, conversation, &ctx.operation.id).await?;
+                let result = DeleteResult { deleted_messages: progress.processed.max(0) as u64 };
+                ctx.succeed_in(&mut tx, &progress, &result).await?;
+                ctx.commit(tx).await?;
+                return Ok(Finish::Committed(result));
+            }
+            deletes::adjust_count(&mut tx, tenant, conversation, deleted).await?;
+            let cancel = ctx.checkpoint_in(&mut tx, &progress).await?;
+            ctx.commit(tx).await?;
+            processed += deleted;
+            total = total.max(processed);
+            at = next;
+            ctx.boundary(cancel)?;
+        }
+    }
+}

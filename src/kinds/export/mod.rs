@@ -1,0 +1,251 @@
+//! The `export` job: stream the tenant's messages (conversation/sequence order), then its
+//! entries (id order), through the artifact encoder into fixed-size chunks stored in the
+//! database.
+//!
+//! Three things overlap: a reader task fetches pages of `batch_size` records ahead (see
+//! [`export_pages::for_each_page`]); the job encodes them; and whenever `COMMIT_CHUNKS`
+//! full chunks are ready they commit on their own task — the chunks plus the checkpoint
+//! (read positions and the encoder state: bytes handed out, the partial-chunk carry,
+//! counts, section) in one transaction fenced by the lease — while encoding goes on (see
+//! `commits.rs`: inserts overlap, checkpoints land in order). The check runs after every
+//! record, so a commit follows a chunk boundary and its carry is less than one line.
+//! Memory is a few pages and a few chunks, whatever the size of the export.
+//!
+//! Resuming after a crash: the hash state is not in the checkpoint (it has no stable
+//! serialized form); it is rebuilt by streaming the committed chunks once, then the carry
+//! is hashed on top. The header's time is the operation's `created_at_ms`, so a resumed run
+//! writes the same bytes and digest as an uninterrupted one, provided the tenant's data did
+//! not change meanwhile (an export is not a snapshot: rows written behind its read position
+//! during the run are not in it).
+
+use std::time::{Duration, Instant};
+
+mod commits;
+
+use commits::Commits;
+
+use tokio::sync::mpsc;
+
+use super::{Job, Prepared, SubmitCtx, SubmitError};
+use crate::kinds::job::{Finish, JobCtx, JobError, encode};
+use crate::store::artifacts::export_pages::{self, StoredPage};
+use crate::store::artifacts::{self, exports};
+use crate::store::operations::transitions;
+use crate::store::{entries, messages};
+use context_jobs::artifact::{ArtifactDigest, EncodeError, Encoder, Finished, Header, Section};
+use context_jobs::contract::{ContextInsight, ExportContextRequest};
+use context_jobs::ids::ArtifactId;
+use context_jobs::kinds::export::{Export, ExportArgs, ExportCheckpoint, ExportResult, PHASE_EXPORTING};
+use context_jobs::operation::{ErrorCode, Progress, Transition};
+
+/// Full chunks accumulated before a commit.
+const COMMIT_CHUNKS: usize = 4;
+/// Pages the reader may fetch ahead of the encoder.
+const PAGES_AHEAD: usize = 2;
+
+impl Job for Export {
+    async fn prepare(_: &SubmitCtx<'_>, submission: ExportContextRequest) -> Result<Prepared, SubmitError> {
+        Ok(Prepared::plain::<Export>(Export::args(submission)))
+    }
+
+    async fn run(ctx: &JobCtx, args: ExportArgs) -> Result<Finish<ExportResult>, JobError> {
+        let (checkpoint, total) = match ctx.checkpoint::<ExportCheckpoint>()? {
+            Some(saved) => (saved, ctx.operation.total),
+            None => start(ctx).await?,
+        };
+        let artifact_id = ArtifactId::from_stored(checkpoint.artifact_id.as_str());
+        let outcome = if checkpoint.encoder.section == Section::Done {
+            finished_result(ctx, &artifact_id).await
+        } else {
+            export(ctx, &args, checkpoint, total).await
+        };
+        // A failed or cancelled export leaves no half-written artifact behind.
+        if matches!(outcome, Err(JobError::Permanent { .. } | JobError::Cancelled))
+            && let Err(e) = exports::discard(&ctx.db, ctx.tenant(), &artifact_id).await
+        {
+            tracing::warn!(operation = %ctx.operation.id, error = %e, "could not discard the unfinished artifact");
+        }
+        outcome.map(Finish::Done)
+    }
+}
+
+/// First run: create the artifact, name it on the operation, and checkpoint the header
+/// with the expected record count. Returns the checkpoint and that total.
+async fn start(ctx: &JobCtx) -> Result<(ExportCheckpoint, i64), JobError> {
+    let tenant = ctx.tenant();
+    let total = messages::count_estimate(&ctx.db, tenant).await?;
+    let artifact_id = ArtifactId::from_ulid(ulid::Ulid::generate());
+    let header = Header::new(tenant.as_str(), ctx.operation.created_at_ms);
+    let mut encoder = Encoder::new(ctx.config.artifacts.artifact_chunk_bytes, &header);
+    let chunks = encoder.take_ready();
+    let checkpoint = ExportCheckpoint {
+        artifact_id: artifact_id.to_string(),
+        after_message: None,
+        after_entry: None,
+        encoder: encoder.state().clone(),
+    };
+    let progress = Progress { phase: PHASE_EXPORTING, processed: 0, total, checkpoint: Some(encode(&checkpoint)?) };
+    let mut tx = ctx.begin().await?;
+    let retention = ctx.config.artifacts.artifact_retention_days;
+    exports::create(&mut tx, &artifact_id, tenant, &ctx.operation.id, retention).await?;
+    let named = Transition::SetArtifact { artifact_id: artifact_id.as_str() };
+    transitions::apply(&mut tx, &ctx.lease, &named).await?;
+    exports::insert_chunks(&mut tx, &artifact_id, &chunks).await?;
+    let cancel = ctx.checkpoint_in(&mut tx, &progress).await?;
+    ctx.commit(tx).await?;
+    ctx.boundary(cancel)?;
+    Ok((checkpoint, total))
+}
+
+async fn export(
+    ctx: &JobCtx,
+    args: &ExportArgs,
+    mut checkpoint: ExportCheckpoint,
+    mut total: i64,
+) -> Result<ExportResult, JobError> {
+    let chunk_bytes = ctx.config.artifacts.artifact_chunk_bytes;
+    let emitted = checkpoint.encoder.emitted;
+    let artifact_id = ArtifactId::from_stored(checkpoint.artifact_id.as_str());
+    let prefix = if emitted == 0 {
+        ArtifactDigest::new()
+    } else {
+        artifacts::digest_prefix(&ctx.db, ctx.tenant(), &artifact_id, emitted).await?
+    };
+    let mut encoder = Encoder::resume(chunk_bytes, checkpoint.encoder.clone(), prefix);
+    let mut pages = spawn_reader(ctx, args, &checkpoint);
+    let mut processed = ctx.operation.processed;
+    let mut committed = processed;
+    let mut commits = Commits::new();
+    let (mut wait_read, mut wait_commit, mut busy) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    loop {
+        commits.boundary(ctx).await?;
+        let t = Instant::now();
+        let Some(page) = pages.recv().await else { break };
+        wait_read += t.elapsed();
+        let t = Instant::now();
+        let page = page?;
+        let (messages, entries) = match &page {
+            Page::Messages(rows) => (Some(rows.rows()), None),
+            Page::Entries(entries) => (None, Some(entries.iter())),
+        };
+        let items =
+            messages.into_iter().flatten().map(Item::Message).chain(entries.into_iter().flatten().map(Item::Entry));
+        // The position of the last record encoded, made owned only when a checkpoint needs it.
+        let mut position = None;
+        for item in items {
+            match &item {
+                Item::Message(row) => encoder.stored_message(&row.columns).map_err(encode_failed)?,
+                Item::Entry(entry) => encoder.entry(entry).map_err(encode_failed)?,
+            }
+            position = Some(item);
+            processed += 1;
+            // Checked after every record, so a commit lands just after a chunk boundary
+            // and the carry in its checkpoint is less than one line.
+            if encoder.ready_bytes() >= COMMIT_CHUNKS * chunk_bytes {
+                let t = Instant::now();
+                total = total.max(processed);
+                record_position(&mut checkpoint, position.take());
+                commits.spawn(ctx, &mut encoder, &mut checkpoint, None, (processed, total), &mut committed).await;
+                wait_commit += t.elapsed();
+            }
+        }
+        record_position(&mut checkpoint, position);
+        busy += t.elapsed();
+    }
+    tracing::debug!(
+        operation = %ctx.operation.id, wait_read_ms = wait_read.as_millis() as u64,
+        wait_commit_ms = wait_commit.as_millis() as u64, encode_ms = (busy.saturating_sub(wait_commit)).as_millis() as u64,
+        "export pipeline"
+    );
+    let finished = encoder.finish().map_err(encode_failed)?;
+    total = total.max(processed);
+    commits.spawn(ctx, &mut encoder, &mut checkpoint, Some(finished.clone()), (processed, total), &mut committed).await;
+    ctx.boundary(commits.settle().await?)?;
+    Ok(ExportResult::new(&checkpoint.artifact_id, &finished))
+}
+
+/// One page the reader fetched.
+enum Page {
+    Messages(StoredPage),
+    Entries(Vec<ContextInsight>),
+}
+
+enum Item<'a> {
+    Message(export_pages::StoredRow<'a>),
+    Entry(&'a ContextInsight),
+}
+
+/// Note where the reads continue after `item` (the last record encoded), if any.
+fn record_position(checkpoint: &mut ExportCheckpoint, item: Option<Item<'_>>) {
+    match item {
+        Some(Item::Message(row)) => checkpoint.after_message = Some((row.conversation_id.to_string(), row.sequence)),
+        Some(Item::Entry(entry)) => checkpoint.after_entry = Some(entry.id.clone()),
+        None => {}
+    }
+}
+
+/// Read pages ahead of the encoder (messages, then entries) on their own task, so the
+/// database reads overlap encoding and commits. At most [`PAGES_AHEAD`] pages wait.
+fn spawn_reader(
+    ctx: &JobCtx,
+    args: &ExportArgs,
+    checkpoint: &ExportCheckpoint,
+) -> mpsc::Receiver<Result<Page, JobError>> {
+    let (tx, rx) = mpsc::channel(PAGES_AHEAD);
+    let db = ctx.db.clone();
+    let tenant = ctx.tenant().clone();
+    let include_expired = args.include_expired;
+    let batch = ctx.batch_size().max(1) as usize;
+    let after_message = checkpoint.after_message.clone();
+    let mut after_entry = checkpoint.after_entry.clone();
+    let section = checkpoint.encoder.section;
+    tokio::spawn(async move {
+        if section == Section::Messages {
+            let after = after_message.as_ref().map(|(c, s)| (c.as_str(), *s));
+            let read = export_pages::for_each_page(&db, &tenant, after, batch, |page| {
+                let tx = tx.clone();
+                async move { tx.send(Ok(Page::Messages(page))).await.is_ok() }
+            })
+            .await;
+            if let Err(e) = read {
+                let _ = tx.send(Err(e.into())).await;
+                return;
+            }
+        }
+        loop {
+            let page =
+                match entries::reads::export_page(&db, &tenant, include_expired, after_entry.as_deref(), batch).await {
+                    Ok(page) => page,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.into())).await;
+                        return;
+                    }
+                };
+            let Some(last) = page.last() else { return };
+            after_entry = Some(last.id.clone());
+            let full = page.len() >= batch;
+            if tx.send(Ok(Page::Entries(page))).await.is_err() || !full {
+                return; // the job stopped listening, or there is nothing more to read
+            }
+        }
+    });
+    rx
+}
+
+/// The result of an export whose last batch already committed (a resumed run).
+async fn finished_result(ctx: &JobCtx, artifact_id: &ArtifactId) -> Result<ExportResult, JobError> {
+    let row = artifacts::get(&ctx.db, ctx.tenant(), artifact_id).await?.ok_or_else(|| {
+        JobError::permanent(ErrorCode::ArtifactNotFound, format!("artifact {artifact_id} no longer exists"))
+    })?;
+    let finished = Finished {
+        digest: row.digest.unwrap_or_default(),
+        size_bytes: row.size_bytes.max(0) as u64,
+        messages: row.messages.unwrap_or(0).max(0) as u64,
+        entries: row.entries.unwrap_or(0).max(0) as u64,
+    };
+    Ok(ExportResult::new(artifact_id.as_str(), &finished))
+}
+
+fn encode_failed(e: EncodeError) -> JobError {
+    JobError::permanent(ErrorCode::Internal, format!("export encoding failed: {e}"))
+}

@@ -1,0 +1,214 @@
+//! The `import` job: messages and entries from a stored artifact (parsed incrementally,
+//! never loaded whole) or from the inline records of the request.
+//!
+//! From an artifact, phase `validating` first streams every byte through the decoder and
+//! the digest: a malformed artifact fails with the decoder's stable `errorCode` and the
+//! offending line, having written nothing. Then phase `importing` decodes again from the
+//! checkpointed line boundary and writes batches of `batch_size` records; each batch's
+//! inserts and its checkpoint (byte offset, line number, counts) commit in one
+//! transaction fenced by the lease, so a crash resumes after the last committed batch.
+//! Fetching, decoding and writing run on separate tasks connected by small bounded
+//! channels, so memory stays at a few chunks and batches whatever the artifact's size.
+//!
+//! Records keep their ids. Messages go through the one sequence-assignment path
+//! ([`crate::store::messages::append_in`]): an id already in its conversation is skipped, the rest get
+//! sequences after the existing ones in artifact order. Entries go through
+//! [`crate::store::entries::rows::import`]. Re-importing is therefore a no-op that reports skips.
+
+mod pipeline;
+
+use super::{Job, Prepared, SubmitCtx, SubmitError};
+use crate::kinds::job::{Finish, JobCtx, JobError, encode};
+use crate::store::artifacts::{self, ArtifactRow};
+use crate::store::operations::Lease;
+use crate::store::operations::transitions;
+use crate::store::{Db, StoreError, entries, messages};
+use context_jobs::artifact::{DecodeError, Decoder};
+use context_jobs::contract::{ContextInsight, ConversationRecord, ImportContextRequest};
+use context_jobs::ids::{ArtifactId, TenantKey};
+use context_jobs::kinds::import::{
+    Import, ImportArgs, ImportCheckpoint, ImportResult, PHASE_DONE, PHASE_IMPORTING, PHASE_VALIDATING,
+};
+use context_jobs::operation::{ErrorCode, Progress, Transition};
+use pipeline::{Write, spawn_decoder, spawn_fetcher};
+
+impl Job for Import {
+    /// The core checks the sources and limits; here an `artifactRef` must name a ready
+    /// artifact of the caller's tenant (else 404/409).
+    async fn prepare(ctx: &SubmitCtx<'_>, submission: ImportContextRequest) -> Result<Prepared, SubmitError> {
+        let (args, key) = Import::args(submission)?;
+        if let Some(id) = &args.artifact_ref {
+            let id = ArtifactId::from_stored(id.as_str());
+            let row = artifacts::get(ctx.db, ctx.tenant, &id)
+                .await?
+                .ok_or_else(|| SubmitError::NotFound(format!("artifact {id} not found")))?;
+            if !row.is_ready() {
+                return Err(SubmitError::Conflict(format!(
+                    "artifact {id} is {}; it can be imported once ready",
+                    row.state
+                )));
+            }
+        }
+        Ok(Prepared { idempotency_key: Some(key), ..Prepared::plain::<Import>(args) })
+    }
+
+    async fn run(ctx: &JobCtx, args: ImportArgs) -> Result<Finish<ImportResult>, JobError> {
+        let checkpoint = ctx.checkpoint::<ImportCheckpoint>()?;
+        if let Some(done) = checkpoint.as_ref().filter(|c| c.done) {
+            return Ok(Finish::Done(done.into()));
+        }
+        let result = match &args.artifact_ref {
+            Some(id) => from_artifact(ctx, &ArtifactId::from_stored(id.as_str()), checkpoint).await?,
+            None => inline(ctx, &args.messages, &args.entries).await?,
+        };
+        Ok(Finish::Done(result))
+    }
+}
+
+/// Inline records: one batch (they obey the append limits), one transaction.
+async fn inline(
+    ctx: &JobCtx,
+    messages: &[ConversationRecord],
+    entries: &[ContextInsight],
+) -> Result<ImportResult, JobError> {
+    let n = (messages.len() + entries.len()) as u64;
+    let mut checkpoint = ImportCheckpoint {
+        messages_read: messages.len() as u64,
+        entries_read: entries.len() as u64,
+        done: true,
+        ..Default::default()
+    };
+    write_batch(&ctx.db, &ctx.lease, ctx.tenant(), messages, entries, &mut checkpoint, n).await?;
+    ctx.changes.committed(&ctx.operation.id);
+    Ok((&checkpoint).into())
+}
+
+async fn from_artifact(
+    ctx: &JobCtx,
+    id: &ArtifactId,
+    checkpoint: Option<ImportCheckpoint>,
+) -> Result<ImportResult, JobError> {
+    let artifact = artifacts::get(&ctx.db, ctx.tenant(), id).await?.filter(ArtifactRow::is_ready).ok_or_else(|| {
+        JobError::permanent(ErrorCode::ArtifactNotFound, format!("artifact {id} is gone (deleted or expired)"))
+    })?;
+    let (checkpoint, total) = match checkpoint {
+        Some(c) => (c, ctx.operation.total.max(0) as u64),
+        None => {
+            let total = validate(ctx, &artifact).await?;
+            let checkpoint = ImportCheckpoint::default();
+            let progress = progress(PHASE_IMPORTING, &checkpoint, total)?;
+            ctx.save_progress(&progress).await?;
+            (checkpoint, total)
+        }
+    };
+    import(ctx, &artifact, checkpoint, total).await
+}
+
+/// Stream the whole artifact through the decoder and the digest; nothing is written.
+/// Returns the number of records.
+async fn validate(ctx: &JobCtx, artifact: &ArtifactRow) -> Result<u64, JobError> {
+    let progress = Progress { phase: PHASE_VALIDATING, processed: 0, total: 0, checkpoint: None };
+    ctx.save_progress(&progress).await?;
+    let mut pieces = spawn_fetcher(&ctx.db, artifact, 0);
+    let mut decoder = Decoder::new();
+    let mut scratch = Vec::new();
+    while let Some(piece) = pieces.recv().await {
+        decoder.feed(&piece?, &mut scratch).map_err(malformed)?;
+        scratch.clear();
+        if ctx.shutdown.is_cancelled() {
+            return Err(JobError::ShuttingDown);
+        }
+    }
+    let summary = decoder.finish().map_err(malformed)?;
+    summary.check_digest(artifact.digest.as_deref().unwrap_or_default()).map_err(malformed)?;
+    Ok(summary.messages + summary.entries)
+}
+
+/// Three stages overlap: a task fetches chunks, a task decodes them into batches, and
+/// the job writes one batch while the next is prepared (at most one write in flight, so
+/// they commit in order).
+async fn import(
+    ctx: &JobCtx,
+    artifact: &ArtifactRow,
+    mut checkpoint: ImportCheckpoint,
+    total: u64,
+) -> Result<ImportResult, JobError> {
+    let mut batches = spawn_decoder(ctx, artifact, &checkpoint);
+    let mut inflight: Option<Write> = None;
+    while let Some(batch) = batches.recv().await {
+        let batch = batch?;
+        if let Some(previous) = inflight.take() {
+            let cancel;
+            (checkpoint, cancel) = previous.join().await?;
+            ctx.boundary(cancel)?;
+        }
+        let mut next = checkpoint.clone();
+        if let Some((offset, line)) = batch.end {
+            (next.offset, next.line) = (offset, line);
+        }
+        next.messages_read += batch.messages.len() as u64;
+        next.entries_read += batch.entries.len() as u64;
+        next.done = batch.last;
+        inflight = Some(Write::spawn(ctx, batch.messages, batch.entries, next, total));
+    }
+    let Some(last) = inflight else {
+        return Err(JobError::transient("the artifact decoder stopped early"));
+    };
+    let (checkpoint, _) = last.join().await?;
+    if !checkpoint.done {
+        return Err(JobError::transient("the artifact decoder stopped before the end"));
+    }
+    Ok((&checkpoint).into())
+}
+
+/// One fenced transaction: the messages, the entries and the checkpoint (counts updated).
+async fn write_batch(
+    db: &Db,
+    lease: &Lease,
+    tenant: &TenantKey,
+    messages: &[ConversationRecord],
+    entries: &[ContextInsight],
+    checkpoint: &mut ImportCheckpoint,
+    total: u64,
+) -> Result<bool, JobError> {
+    let mut next = checkpoint.clone();
+    let mut tx = db.begin_write().await?;
+    tx.relax_commit().await?;
+    let appended = messages::append_in(&mut tx, tenant, messages).await.map_err(append_failed)?;
+    let (inserted, skipped) = entries::rows::import(&mut tx, tenant, entries).await?;
+    next.messages.inserted += appended.appended as u64;
+    next.messages.skipped += appended.skipped as u64;
+    next.entries.inserted += inserted;
+    next.entries.skipped += skipped;
+    let phase = if next.done { PHASE_DONE } else { PHASE_IMPORTING };
+    let progress = progress(phase, &next, total)?;
+    let t = Transition::Checkpoint { progress: &progress, lease_until_ms: lease.renewed_until() };
+    let cancel = transitions::apply(&mut tx, lease, &t).await?;
+    tx.commit().await?;
+    metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "import")
+        .increment((messages.len() + entries.len()) as u64);
+    *checkpoint = next;
+    Ok(cancel)
+}
+
+fn progress(phase: &'static str, checkpoint: &ImportCheckpoint, total: u64) -> Result<Progress, JobError> {
+    let processed = checkpoint.messages_read + checkpoint.entries_read;
+    Ok(Progress {
+        phase,
+        processed: processed as i64,
+        total: total.max(processed) as i64,
+        checkpoint: Some(encode(checkpoint)?),
+    })
+}
+
+pub(super) fn malformed(e: DecodeError) -> JobError {
+    JobError::permanent(e.code(), format!("malformed artifact: {e}"))
+}
+
+/// A conversation being deleted refuses appends until the delete ends: retry later.
+fn append_failed(e: StoreError) -> JobError {
+    match e {
+        StoreError::Conflict(m) => JobError::transient(m),
+        other => other.into(),
+    }
+}

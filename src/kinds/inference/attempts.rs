@@ -1,0 +1,164 @@
+//! The provider call with its retry loop, run inside the job while it holds the lease.
+//!
+//! Before each attempt a fenced checkpoint records the attempt count (so it survives a
+//! crash and is reported with the result). The request and every backoff sleep run
+//! under [`guarded`]: a cancel request, process shutdown or a lost lease drops the
+//! future, which aborts the in-flight HTTP request. The runner's heartbeat renews the
+//! lease every lease/3 meanwhile; the cancel poll renews it too.
+
+use std::future::Future;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::kinds::job::{JobCtx, JobError, encode};
+use crate::metrics::{INFERENCE_PROVIDER_RETRIES, INFERENCE_TOKENS};
+use crate::provider::responses_client::{ProviderReply, ResponsesClient, TransportError};
+use crate::store::operations::{FenceError, transitions};
+use context_jobs::kinds::inference::{InferenceCheckpoint, InferenceResult, PHASE_CALLING_PROVIDER, decode_turn};
+use context_jobs::operation::{ErrorCode, Progress, Transition};
+use context_jobs::responses::{HttpDisposition, classify_http, classify_transport_error, decode_usage};
+
+/// How often a running call checks the operation's cancel flag (and renews the lease).
+const CANCEL_POLL: Duration = Duration::from_millis(500);
+
+/// What one attempt came to.
+enum Next {
+    Done(InferenceResult),
+    Retry { after_ms: u64, reason: &'static str },
+    Fail { code: ErrorCode, message: String },
+}
+
+/// Call the provider until a usable reply, a permanent failure, or the attempt budget
+/// (`RESPONSES_MAX_ATTEMPTS` for this run) is spent.
+pub(super) async fn call(
+    ctx: &JobCtx,
+    client: &ResponsesClient,
+    body: &Value,
+    checkpoint: &mut InferenceCheckpoint,
+) -> Result<InferenceResult, JobError> {
+    let max_attempts = ctx.config.provider.responses_max_attempts;
+    let mut attempt = 0u32;
+    loop {
+        checkpoint.provider_attempts += 1;
+        let cancel = save(ctx, checkpoint, PHASE_CALLING_PROVIDER, 0).await?;
+        ctx.boundary(cancel)?;
+        let reply = guarded(ctx, client.create(body)).await?;
+        let next = judge(client, reply, checkpoint.provider_attempts, attempt, max_attempts);
+        match next {
+            Next::Done(result) => return Ok(result),
+            Next::Fail { code, message } => {
+                let attempts = checkpoint.provider_attempts;
+                tracing::warn!(operation = %ctx.operation.id, code = code.as_str(), attempts, error = %message, "inference failed");
+                return Err(JobError::permanent(code, format!("{message} (provider attempts: {attempts})")));
+            }
+            Next::Retry { after_ms, reason } => {
+                metrics::counter!(INFERENCE_PROVIDER_RETRIES, "reason" => reason).increment(1);
+                tracing::info!(operation = %ctx.operation.id, attempt = checkpoint.provider_attempts, reason, delay_ms = after_ms, "provider call failed transiently; retrying");
+                guarded(ctx, tokio::time::sleep(Duration::from_millis(after_ms))).await?;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// Decide what an attempt's reply means. `attempt` is this run's zero-based attempt
+/// index (the retry budget); `provider_attempts` the operation's running total.
+fn judge(
+    client: &ResponsesClient,
+    reply: Result<ProviderReply, TransportError>,
+    provider_attempts: u32,
+    attempt: u32,
+    max_attempts: u32,
+) -> Next {
+    let jitter = fastrand::f64();
+    let reply = match reply {
+        Ok(reply) => reply,
+        Err(e) => {
+            let timed_out = matches!(e, TransportError::Timeout);
+            return match classify_transport_error(attempt, max_attempts, jitter) {
+                HttpDisposition::Retry { after_ms } => {
+                    Next::Retry { after_ms, reason: if timed_out { "timeout" } else { "transport" } }
+                }
+                HttpDisposition::Fail { code } => {
+                    let code = if timed_out { ErrorCode::Timeout } else { code };
+                    Next::Fail { code, message: e.to_string() }
+                }
+            };
+        }
+    };
+    if !(200..300).contains(&reply.status) {
+        let body = reply.body.as_ref().unwrap_or(&Value::Null);
+        let detail = match &reply.body {
+            Ok(b) => b["error"]["message"].as_str().map(|m| client.scrub(m)).unwrap_or_default(),
+            Err(e) => e.clone(),
+        };
+        let message = format!("the provider answered HTTP {}: {detail}", reply.status);
+        return match classify_http(reply.status, &reply.retry, body, attempt, max_attempts, jitter) {
+            HttpDisposition::Retry { after_ms } => Next::Retry { after_ms, reason: "http_status" },
+            HttpDisposition::Fail { code } => Next::Fail { code, message },
+        };
+    }
+    let body = match reply.body {
+        Ok(body) => body,
+        Err(e) => {
+            return Next::Fail { code: ErrorCode::MalformedResponse, message: e };
+        }
+    };
+    // Billed whether or not the turn is usable, so counted before decoding.
+    if let Some(usage) = decode_usage(&body["usage"]) {
+        metrics::counter!(INFERENCE_TOKENS, "direction" => "input").increment(u64::from(usage.input_tokens));
+        metrics::counter!(INFERENCE_TOKENS, "direction" => "output").increment(u64::from(usage.output_tokens));
+    }
+    match decode_turn(&body, provider_attempts) {
+        Ok(result) => Next::Done(result),
+        // A `failed` reply caused by a `server_error` is retried like a 5xx.
+        Err(e) if e.is_transient() => match classify_transport_error(attempt, max_attempts, jitter) {
+            HttpDisposition::Retry { after_ms } => Next::Retry { after_ms, reason: "server_error" },
+            HttpDisposition::Fail { code } => Next::Fail { code, message: client.scrub(&e.to_string()) },
+        },
+        Err(e) => Next::Fail { code: e.error_code(), message: client.scrub(&e.to_string()) },
+    }
+}
+
+/// Run `fut` until it completes, polling the cancel flag beside it. A cancel request,
+/// process shutdown or a lost lease drops `fut` (aborting an in-flight request).
+async fn guarded<F: Future>(ctx: &JobCtx, fut: F) -> Result<F::Output, JobError> {
+    tokio::pin!(fut);
+    let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + CANCEL_POLL, CANCEL_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            out = &mut fut => return Ok(out),
+            () = ctx.shutdown.cancelled() => return Err(JobError::ShuttingDown),
+            _ = poll.tick() => match heartbeat(ctx).await {
+                Ok(true) => return Err(JobError::Cancelled),
+                Ok(false) => {}
+                Err(FenceError::LostLease) => return Err(JobError::LostLease),
+                // A database hiccup: the call goes on; the next poll tries again.
+                Err(e) => tracing::warn!(operation = %ctx.operation.id, error = %e, "cancel poll failed"),
+            },
+        }
+    }
+}
+
+/// Renew the lease; whether a cancel was requested.
+async fn heartbeat(ctx: &JobCtx) -> Result<bool, FenceError> {
+    let t = Transition::Heartbeat { lease_until_ms: ctx.lease.renewed_until() };
+    transitions::apply(&ctx.db, &ctx.lease, &t).await
+}
+
+/// Fenced checkpoint of `checkpoint` under `phase` (one statement: a commit in one round
+/// trip); returns whether cancel was requested.
+pub(super) async fn save(
+    ctx: &JobCtx,
+    checkpoint: &InferenceCheckpoint,
+    phase: &'static str,
+    processed: i64,
+) -> Result<bool, JobError> {
+    let progress = Progress { phase, processed, total: 1, checkpoint: Some(encode(checkpoint)?) };
+    let t = Transition::Checkpoint { progress: &progress, lease_until_ms: ctx.lease.renewed_until() };
+    let cancel = transitions::apply(&ctx.db, &ctx.lease, &t).await?;
+    ctx.changes.committed(&ctx.operation.id);
+    Ok(cancel)
+}

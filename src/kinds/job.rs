@@ -1,0 +1,181 @@
+//! What a job is handed and how it ends: the claimed operation's context ([`JobCtx`]: its
+//! row, lease, the fenced writes a batch makes, the stop signals), the ways an attempt can
+//! fall short ([`JobError`]), and a success ([`Finish`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+use crate::changes::Changes;
+use crate::config::Config;
+use crate::store::operations::{FenceError, Lease, OperationRow, transitions};
+use crate::store::{Db, StoreError, Tx};
+use context_jobs::ids::TenantKey;
+use context_jobs::operation::{ErrorCode, Progress, Transition};
+
+/// How a job attempt ended, short of success.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("the lease was lost to another worker")]
+    LostLease,
+    #[error("cancelled")]
+    Cancelled,
+    #[error("worker shutting down")]
+    ShuttingDown,
+    #[error("transient failure: {0:#}")]
+    Transient(anyhow::Error),
+    #[error("{message}")]
+    Permanent { code: ErrorCode, message: String },
+}
+
+impl JobError {
+    pub fn permanent(code: ErrorCode, message: impl Into<String>) -> Self {
+        JobError::Permanent { code, message: message.into() }
+    }
+
+    pub fn transient(message: impl std::fmt::Display) -> Self {
+        JobError::Transient(anyhow::anyhow!("{message}"))
+    }
+}
+
+impl From<FenceError> for JobError {
+    fn from(e: FenceError) -> Self {
+        match e {
+            FenceError::LostLease => JobError::LostLease,
+            FenceError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<StoreError> for JobError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            e if e.is_transient() => JobError::Transient(e.into()),
+            StoreError::Db(e) => JobError::permanent(ErrorCode::Internal, format!("database error: {e}")),
+            StoreError::Invalid(m) => JobError::permanent(ErrorCode::CorruptOperation, m),
+            other => JobError::permanent(ErrorCode::Internal, other.to_string()),
+        }
+    }
+}
+
+impl From<sqlx::Error> for JobError {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError::Db(e).into()
+    }
+}
+
+/// How a job finished successfully.
+#[derive(Debug)]
+pub enum Finish<T> {
+    /// The runner records `succeeded` with this result.
+    Done(T),
+    /// The runner records `succeeded` with this result and this final progress.
+    DoneAt(T, Progress),
+    /// The job's last batch already recorded `succeeded` in its own transaction (one
+    /// commit instead of two): the runner writes nothing.
+    Committed(T),
+}
+
+impl<T> Finish<T> {
+    pub fn try_map<U, E>(self, f: impl FnOnce(T) -> Result<U, E>) -> Result<Finish<U>, E> {
+        Ok(match self {
+            Finish::Done(t) => Finish::Done(f(t)?),
+            Finish::DoneAt(t, progress) => Finish::DoneAt(f(t)?, progress),
+            Finish::Committed(t) => Finish::Committed(f(t)?),
+        })
+    }
+}
+
+/// Everything a job needs: the claimed row, its lease, and the signals to stop on.
+pub struct JobCtx {
+    pub db: Db,
+    pub config: Arc<Config>,
+    pub operation: OperationRow,
+    pub lease: Lease,
+    /// Process shutdown: checkpoint and release at the next boundary.
+    pub shutdown: CancellationToken,
+    pub changes: Changes,
+    /// The `processed` of the last progress committed (the runner's finish line).
+    pub processed: Arc<AtomicI64>,
+}
+
+impl JobCtx {
+    pub fn tenant(&self) -> &TenantKey {
+        &self.operation.tenant
+    }
+
+    /// The checkpoint the last attempt committed, if any.
+    pub fn checkpoint<C: DeserializeOwned>(&self) -> Result<Option<C>, JobError> {
+        let Some(saved) = &self.operation.checkpoint else { return Ok(None) };
+        serde_json::from_str(saved).map(Some).map_err(|e| {
+            let kind = self.operation.kind.as_str();
+            JobError::permanent(ErrorCode::CorruptOperation, format!("bad {kind} checkpoint: {e}"))
+        })
+    }
+
+    pub async fn begin(&self) -> Result<Tx, JobError> {
+        Ok(self.db.begin_write().await?)
+    }
+
+    /// Inside a batch's transaction: record `progress` and extend the lease, fenced by the
+    /// token. Returns whether a cancel was requested.
+    pub async fn checkpoint_in(&self, tx: &mut Tx, progress: &Progress) -> Result<bool, JobError> {
+        let lease_until_ms = self.lease.renewed_until();
+        let cancel = transitions::apply(tx, &self.lease, &Transition::Checkpoint { progress, lease_until_ms }).await?;
+        self.processed.store(progress.processed, Ordering::Relaxed);
+        Ok(cancel)
+    }
+
+    /// Inside the last batch's transaction: finish `succeeded` with `result` together with
+    /// the batch's effect (and release what the operation holds). Return
+    /// [`Finish::Committed`] after the commit.
+    pub async fn succeed_in(&self, tx: &mut Tx, progress: &Progress, result: &impl Serialize) -> Result<(), JobError> {
+        let result = encode(result)?;
+        let t = Transition::Succeed { result: &result, progress: Some(progress) };
+        transitions::apply(tx, &self.lease, &t).await?;
+        self.processed.store(progress.processed, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Commit a batch's transaction and announce the change.
+    pub async fn commit(&self, tx: Tx) -> Result<(), JobError> {
+        tx.commit().await?;
+        self.changes.committed(&self.operation.id);
+        Ok(())
+    }
+
+    /// Commit `progress` alone (a job's plan, before its first batch) — one statement,
+    /// fenced — then stop at this boundary if asked to.
+    pub async fn save_progress(&self, progress: &Progress) -> Result<(), JobError> {
+        let lease_until_ms = self.lease.renewed_until();
+        let t = Transition::Checkpoint { progress, lease_until_ms };
+        let cancel = transitions::apply(&self.db, &self.lease, &t).await?;
+        self.processed.store(progress.processed, Ordering::Relaxed);
+        self.changes.committed(&self.operation.id);
+        self.boundary(cancel)
+    }
+
+    /// Called after each committed batch: stop if cancellation was requested or the
+    /// process is shutting down (the committed checkpoint is where the next run resumes).
+    pub fn boundary(&self, cancel_requested: bool) -> Result<(), JobError> {
+        if cancel_requested {
+            return Err(JobError::Cancelled);
+        }
+        if self.shutdown.is_cancelled() {
+            return Err(JobError::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    pub fn batch_size(&self) -> i64 {
+        i64::from(self.config.worker.batch_size)
+    }
+}
+
+/// A checkpoint or result as stored JSON text.
+pub fn encode(value: &impl Serialize) -> Result<String, JobError> {
+    serde_json::to_string(value).map_err(|e| JobError::permanent(ErrorCode::Internal, format!("cannot encode: {e}")))
+}

@@ -1,0 +1,60 @@
+//! The `retention` job for one conversation: plan once (`context_jobs::retention::plan`),
+//! store the plan in the checkpoint, and delete by that fixed predicate in fenced batches,
+//! so a resumed run removes exactly what was planned.
+
+use super::{Job, Prepared, SubmitCtx, SubmitError};
+use crate::kinds::job::{Finish, JobCtx, JobError, encode};
+use crate::store::messages::deletes;
+use context_jobs::contract::RetentionRequest;
+use context_jobs::kinds::retention::{
+    PHASE_DELETING, PHASE_PLANNED, Retention, RetentionArgs, RetentionCheckpoint, RetentionResult,
+};
+use context_jobs::operation::Progress;
+
+impl Job for Retention {
+    async fn prepare(_: &SubmitCtx<'_>, submission: RetentionRequest) -> Result<Prepared, SubmitError> {
+        Ok(Prepared::plain::<Retention>(Retention::args(submission)?))
+    }
+
+    async fn run(ctx: &JobCtx, args: RetentionArgs) -> Result<Finish<RetentionResult>, JobError> {
+        let tenant = ctx.tenant();
+        let conversation = args.conversation_id.as_str();
+        let mut processed = ctx.operation.processed;
+        let mut total = ctx.operation.total;
+        let mut at = match ctx.checkpoint::<RetentionCheckpoint>()? {
+            Some(at) => at,
+            None => {
+                let (plan, doomed) = deletes::plan_retention(&ctx.db, tenant, conversation, &args.policy).await?;
+                total = doomed;
+                let at = RetentionCheckpoint { plan, after_sequence: 0 };
+                let progress = Progress { phase: PHASE_PLANNED, processed: 0, total, checkpoint: Some(encode(&at)?) };
+                ctx.save_progress(&progress).await?;
+                at
+            }
+        };
+        let batch = ctx.batch_size();
+        while !at.plan.is_noop() {
+            let mut tx = ctx.begin().await?;
+            let (deleted, upper) =
+                deletes::retention_batch(&mut tx, tenant, conversation, &at.plan, at.after_sequence, batch).await?;
+            let next = RetentionCheckpoint { plan: at.plan, after_sequence: upper.unwrap_or(at.after_sequence) };
+            let progress = Progress {
+                phase: PHASE_DELETING,
+                processed: processed + deleted,
+                total: total.max(processed + deleted),
+                checkpoint: Some(encode(&next)?),
+            };
+            let cancel = ctx.checkpoint_in(&mut tx, &progress).await?;
+            ctx.commit(tx).await?;
+            processed += deleted;
+            total = total.max(processed);
+            metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "retention").increment(deleted as u64);
+            match upper {
+                Some(upper) if deleted == batch => at.after_sequence = upper,
+                _ => break,
+            }
+            ctx.boundary(cancel)?;
+        }
+        Ok(Finish::Done(RetentionResult { deleted_messages: processed.max(0) as u64, plan: at.plan }))
+    }
+}

@@ -1,0 +1,135 @@
+//! The per-process cache of recall indexes, one per tenant, kept in sync with the database
+//! by change sequence. Each recall first syncs its tenant's index (usually one indexed query
+//! that returns nothing), so a recall sees every entry write committed before it started.
+//!
+//! Sync reads entries with `change_seq` above the index's mark, then vectors with
+//! `written_seq` above its mark — two range scans of their own indexes, whatever the
+//! planner's statistics. Both sequences are taken under the tenant's heads row lock, so what
+//! a reader sees committed is always a prefix: a mark never skips a write. A vector read
+//! before its entry waits in the index until the entry arrives. Indexes are bounded in number (least recently used goes first) and
+//! rebuilt from scratch after eviction or a restart.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::store::vectors::reads;
+use crate::store::{Db, StoreResult};
+use context_jobs::contract::ContextInsightStatus;
+use context_jobs::entries::{parse_status, stored_entry_text};
+use context_jobs::ids::TenantKey;
+use context_jobs::recall_index::{IndexedEntry, RecallIndex};
+use context_jobs::text::terms;
+use context_jobs::vector_codec::decode_vector;
+
+/// Tenants whose indexes stay in memory at once.
+const MAX_TENANTS: usize = 32;
+/// Rows per sync query.
+const SYNC_PAGE: i64 = 5000;
+
+pub struct TenantIndex {
+    pub index: RecallIndex,
+    change_seq: i64,
+    vector_seq: i64,
+}
+
+struct Cached {
+    data: Arc<RwLock<TenantIndex>>,
+    /// One sync at a time per tenant.
+    sync: Arc<tokio::sync::Mutex<()>>,
+    used: u64,
+}
+
+pub struct RecallIndexes {
+    model: String,
+    dim: usize,
+    tenants: Mutex<(HashMap<String, Cached>, u64)>,
+}
+
+impl RecallIndexes {
+    pub fn new(model: &str, dim: usize) -> Self {
+        Self { model: model.to_string(), dim, tenants: Mutex::new((HashMap::new(), 0)) }
+    }
+
+    fn slot(&self, tenant: &str) -> (Arc<RwLock<TenantIndex>>, Arc<tokio::sync::Mutex<()>>) {
+        let mut guard = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        let (map, clock) = &mut *guard;
+        *clock += 1;
+        if !map.contains_key(tenant)
+            && map.len() >= MAX_TENANTS
+            && let Some(oldest) = map.iter().min_by_key(|(_, c)| c.used).map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
+        }
+        let dim = self.dim;
+        let cached = map.entry(tenant.to_string()).or_insert_with(|| Cached {
+            data: Arc::new(RwLock::new(TenantIndex { index: RecallIndex::new(dim), change_seq: 0, vector_seq: 0 })),
+            sync: Arc::new(tokio::sync::Mutex::new(())),
+            used: 0,
+        });
+        cached.used = *clock;
+        (cached.data.clone(), cached.sync.clone())
+    }
+
+    /// The tenant's index, brought up to date with everything committed so far.
+    pub async fn synced(&self, db: &Db, tenant: &TenantKey) -> StoreResult<Arc<RwLock<TenantIndex>>> {
+        let (data, sync) = self.slot(tenant.as_str());
+        let _one_at_a_time = sync.lock().await;
+        let (mut change_seq, mut vector_seq) = {
+            let d = data.read().unwrap_or_else(|p| p.into_inner());
+            (d.change_seq, d.vector_seq)
+        };
+        loop {
+            let rows = reads::entries_changed_after(db, tenant, change_seq, SYNC_PAGE).await?;
+            let n = rows.len() as i64;
+            // Tokenising is the costly part: do it before taking the write lock.
+            let prepared: Vec<_> = rows
+                .into_iter()
+                .map(|r| {
+                    let text = terms(&stored_entry_text(&r.6));
+                    (r, text)
+                })
+                .collect();
+            if let Some(last) = prepared.last() {
+                change_seq = last.0.7;
+            }
+            let mut d = data.write().unwrap_or_else(|p| p.into_inner());
+            for ((id, version, status, expires, conversation, updated, _, _), text) in prepared {
+                d.index.upsert(IndexedEntry {
+                    id: &id,
+                    version: version as u64,
+                    active: parse_status(&status) == Some(ContextInsightStatus::Active),
+                    expires_at_ms: expires,
+                    conversation_id: &conversation,
+                    updated_at_ms: updated,
+                    terms: text,
+                });
+            }
+            d.change_seq = change_seq;
+            if n < SYNC_PAGE {
+                break;
+            }
+        }
+        loop {
+            let rows = reads::vectors_written_after(db, tenant, &self.model, vector_seq, SYNC_PAGE).await?;
+            let n = rows.len() as i64;
+            let decoded: Vec<(String, i64, Option<Vec<f32>>)> = rows
+                .into_iter()
+                .map(|(id, v, blob, dim, seq)| {
+                    vector_seq = vector_seq.max(seq);
+                    (id, v, decode_vector(&blob, dim as usize))
+                })
+                .collect();
+            let mut d = data.write().unwrap_or_else(|p| p.into_inner());
+            for (id, version, v) in &decoded {
+                if let Some(v) = v {
+                    d.index.set_vector(id, *version as u64, v);
+                }
+            }
+            d.vector_seq = vector_seq;
+            if n < SYNC_PAGE {
+                break;
+            }
+        }
+        Ok(data)
+    }
+}

@@ -1,0 +1,87 @@
+//! Reading an artifact's bytes: the chunk holding an offset, a chunk-at-a-time reader
+//! (memory is one chunk whatever the artifact's size), byte ranges, and the digest of a
+//! prefix (a resumed export rebuilds its running hash from what it stored).
+
+use crate::store::{Db, StoreError, StoreResult, query};
+use context_jobs::artifact::ArtifactDigest;
+use context_jobs::ids::{ArtifactId, TenantKey};
+
+/// The chunk holding byte `offset`: `(start_offset, bytes)`, or `None` past the end.
+async fn chunk_at(db: &Db, tenant: &TenantKey, id: &ArtifactId, offset: u64) -> StoreResult<Option<(i64, Vec<u8>)>> {
+    let found: Option<(i64, Vec<u8>)> = query(
+        "SELECT c.start_offset, c.data FROM artifact_chunks c JOIN artifacts a ON a.id = c.artifact_id \
+         WHERE a.tenant = $1 AND c.artifact_id = $2 AND c.start_offset <= $3 \
+         ORDER BY c.start_offset DESC LIMIT 1",
+    )
+    .bind(tenant.as_str())
+    .bind(id.as_str())
+    .bind(offset as i64)
+    .fetch_optional(db)
+    .await?;
+    Ok(found.filter(|(start, data)| (*start as u64) + data.len() as u64 > offset))
+}
+
+/// Reads an artifact's bytes in order from an offset, one stored chunk at a time.
+pub struct ChunkReader {
+    db: Db,
+    tenant: TenantKey,
+    id: ArtifactId,
+    next: u64,
+}
+
+impl ChunkReader {
+    pub fn new(db: &Db, tenant: &TenantKey, id: &ArtifactId, from: u64) -> Self {
+        Self { db: db.clone(), tenant: tenant.clone(), id: id.clone(), next: from }
+    }
+
+    /// The offset of the next byte [`Self::next_piece`] returns.
+    pub fn position(&self) -> u64 {
+        self.next
+    }
+
+    /// The next bytes (the rest of the chunk holding the current offset), `None` at the end.
+    pub async fn next_piece(&mut self) -> StoreResult<Option<Vec<u8>>> {
+        let Some((start, mut data)) = chunk_at(&self.db, &self.tenant, &self.id, self.next).await? else {
+            return Ok(None);
+        };
+        let skip = (self.next - start as u64) as usize;
+        if skip > 0 {
+            data.drain(..skip);
+        }
+        self.next += data.len() as u64;
+        Ok(Some(data))
+    }
+}
+
+/// Up to `limit` bytes from `offset`.
+pub async fn read_range(
+    db: &Db,
+    tenant: &TenantKey,
+    id: &ArtifactId,
+    offset: u64,
+    limit: usize,
+) -> StoreResult<Vec<u8>> {
+    let mut reader = ChunkReader::new(db, tenant, id, offset);
+    let mut out = Vec::new();
+    while out.len() < limit {
+        let Some(piece) = reader.next_piece().await? else { break };
+        let take = piece.len().min(limit - out.len());
+        out.extend_from_slice(&piece[..take]);
+    }
+    Ok(out)
+}
+
+/// SHA-256 of the first `upto` bytes, streamed a chunk at a time.
+pub async fn digest_prefix(db: &Db, tenant: &TenantKey, id: &ArtifactId, upto: u64) -> StoreResult<ArtifactDigest> {
+    let mut reader = ChunkReader::new(db, tenant, id, 0);
+    let mut digest = ArtifactDigest::new();
+    while reader.position() < upto {
+        let at = reader.position();
+        let Some(piece) = reader.next_piece().await? else {
+            return Err(StoreError::Other(anyhow::anyhow!("artifact {id} holds {at} bytes, expected at least {upto}")));
+        };
+        let take = piece.len().min((upto - at) as usize);
+        digest.update(&piece[..take]);
+    }
+    Ok(digest)
+}

@@ -1,0 +1,256 @@
+//! The database engines: one enum over the two pools ([`Db`]) and their write
+//! transactions ([`Tx`]), connection setup, embedded migrations, and [`query`], which runs
+//! one statement text on either engine.
+//!
+//! Query text is written once: both engines accept `$N` placeholders, `ON CONFLICT`,
+//! `RETURNING` and the column types we use (TEXT, BIGINT, BLOB/BYTEA via engine-specific
+//! DDL only). Where an engine needs its own SQL the store matches on [`Tx`] or [`Db`].
+
+mod nodelay;
+pub mod pg_copy;
+mod query;
+pub mod sqlite_rows;
+
+pub use query::{Arg, Exec, Query, Row, query};
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Connection as _, PgConnection, PgPool, SqlSafeStr, SqlitePool, Transaction};
+
+#[derive(Clone, Debug)]
+pub enum Db {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Postgres,
+    Sqlite,
+}
+
+/// A write transaction of either engine. SQLite takes its write lock up front (`BEGIN
+/// IMMEDIATE`): two deferred transactions that both upgrade to writers fail with
+/// `SQLITE_BUSY` instead of waiting.
+pub enum Tx {
+    Postgres(Transaction<'static, sqlx::Postgres>),
+    Sqlite(Transaction<'static, sqlx::Sqlite>),
+}
+
+impl Tx {
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        match self {
+            Tx::Postgres(tx) => tx.commit().await,
+            Tx::Sqlite(tx) => tx.commit().await,
+        }
+    }
+
+    pub fn engine(&self) -> Engine {
+        match self {
+            Tx::Postgres(_) => Engine::Postgres,
+            Tx::Sqlite(_) => Engine::Sqlite,
+        }
+    }
+
+    /// Let this transaction's commit return before its WAL is flushed (PostgreSQL). Safe
+    /// for export, import and vector-rebuild batches: a batch's effect and its checkpoint
+    /// are one transaction, so a server crash loses whole batches, newest first, and the
+    /// job redoes them from the checkpoint that survived; the operation's final transition
+    /// is an ordinary durable commit, which flushes everything before it. (A fsync per
+    /// batch costs more than the batch on some disks.) SQLite in WAL mode with
+    /// `synchronous = NORMAL` already commits this way.
+    pub async fn relax_commit(&mut self) -> Result<(), sqlx::Error> {
+        if let Tx::Postgres(tx) = self {
+            sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Errors worth retrying: the database was unreachable, overloaded or restarting, or two
+/// writers collided in a way the engine asks us to retry.
+pub fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            // PostgreSQL: serialization/deadlock, admin shutdown, too many connections.
+            matches!(code.as_ref(), "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300")
+                || code.starts_with("08")
+                // SQLite BUSY/LOCKED and their extended codes; PostgreSQL SQLSTATEs are five
+                // characters and never match these.
+                || matches!(code.as_ref(), "5" | "261" | "517" | "773" | "6" | "262" | "518")
+        }
+        _ => false,
+    }
+}
+
+/// The URL with any password replaced, for log lines and error messages.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme) = url.find("://") else { return url.to_string() };
+    let rest = &url[scheme + 3..];
+    // The userinfo ends at the last '@' before the path starts.
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else { return url.to_string() };
+    match rest[..at].split_once(':') {
+        Some((user, _password)) => format!("{}://{}:***@{}", &url[..scheme], user, &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+/// PostgreSQL `idle_in_transaction_session_timeout` of every connection (see `Db::connect`).
+const IDLE_IN_TRANSACTION_TIMEOUT: &str = "5s";
+
+impl Db {
+    /// Connect to `url` (`postgres://…` or `sqlite:…`), failing fast with one clear line.
+    pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Db> {
+        let shown = redact_url(url);
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let options = PgConnectOptions::from_str(url)
+                .with_context(|| format!("invalid DATABASE_URL {shown}"))?
+                // A process frozen inside a transaction (SIGSTOP, VM pause, half-open TCP)
+                // would keep its row locks and block, forever, the worker that took over its
+                // lease; PostgreSQL ends such a session and rolls it back instead. No
+                // transaction of ours waits on anything but the database between statements.
+                .options([("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION_TIMEOUT)]);
+            // One direct attempt first: the pool would retry a refused connection until its
+            // acquire timeout and then report only "pool timed out", hiding the cause.
+            let probe = tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&options))
+                .await
+                .map_err(|_| anyhow::anyhow!("timed out after 10 s"))
+                .and_then(|r| r.map_err(anyhow::Error::from))
+                .with_context(|| format!("cannot connect to PostgreSQL at {shown}"))?;
+            let _ = probe.close().await;
+            let pool = PgPoolOptions::new()
+                .max_connections(max_connections)
+                // A few connections kept open: a burst (a rebuild's reader and writer beside
+                // the API) then finds them ready. A connection made mid-burst was measured
+                // to answer its first large result ~90 ms late. Opened at start-up (tens of
+                // milliseconds; a lazily filled pool was found still cold when the burst came).
+                .min_connections(max_connections.min(WARM_CONNECTIONS))
+                .acquire_timeout(Duration::from_secs(10))
+                .after_connect(|conn, _| Box::pin(nodelay::disable_nagle(conn)))
+                .connect_with(options)
+                .await
+                .with_context(|| format!("cannot connect to PostgreSQL at {shown}"))?;
+            Ok(Db::Postgres(pool))
+        } else if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)
+                .with_context(|| format!("invalid DATABASE_URL {shown}"))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(30))
+                .foreign_keys(true);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(max_connections.min(8))
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_with(options)
+                .await
+                .with_context(|| format!("cannot open SQLite database {shown}"))?;
+            Ok(Db::Sqlite(pool))
+        } else {
+            anyhow::bail!("unsupported DATABASE_URL {shown}: expected postgres://… or sqlite:…")
+        }
+    }
+
+    pub fn engine(&self) -> Engine {
+        match self {
+            Db::Postgres(_) => Engine::Postgres,
+            Db::Sqlite(_) => Engine::Sqlite,
+        }
+    }
+
+    /// Start a write transaction.
+    pub async fn begin_write(&self) -> Result<Tx, sqlx::Error> {
+        Ok(match self {
+            Db::Postgres(pool) => Tx::Postgres(pool.begin().await?),
+            Db::Sqlite(pool) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
+        })
+    }
+
+    /// Apply our embedded migrations (the engine's own directory, same version numbers).
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        self.migrate_until(i64::MAX).await
+    }
+
+    /// Apply the migrations up to `version` (tests of a later migration start from here).
+    #[doc(hidden)]
+    pub async fn migrate_until(&self, version: i64) -> anyhow::Result<()> {
+        let set = match self.engine() {
+            Engine::Postgres => POSTGRES_MIGRATIONS,
+            Engine::Sqlite => SQLITE_MIGRATIONS,
+        };
+        let migrations = set
+            .iter()
+            .filter(|m| m.0 <= version)
+            .map(|(version, name, sql)| {
+                Migration::new(*version, (*name).into(), MigrationType::Simple, sql.into_sql_str(), false)
+            })
+            .collect();
+        let migrator = Migrator::with_migrations(migrations);
+        match self {
+            Db::Postgres(pool) => migrator.run(pool).await,
+            Db::Sqlite(pool) => migrator.run(pool).await,
+        }
+        .context("database migration failed")?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        match self {
+            Db::Postgres(pool) => pool.close().await,
+            Db::Sqlite(pool) => pool.close().await,
+        }
+    }
+}
+
+/// PostgreSQL connections each pool keeps open when idle.
+const WARM_CONNECTIONS: u32 = 6;
+
+type MigrationSet = &'static [(i64, &'static str, &'static str)];
+
+const POSTGRES_MIGRATIONS: MigrationSet = &[
+    (1, "messages", include_str!("../../../migrations/postgres/0001_messages.sql")),
+    (2, "operations", include_str!("../../../migrations/postgres/0002_operations.sql")),
+    (3, "entries", include_str!("../../../migrations/postgres/0003_entries.sql")),
+    (4, "artifacts", include_str!("../../../migrations/postgres/0004_artifacts.sql")),
+    (5, "deleting_index", include_str!("../../../migrations/postgres/0005_deleting_index.sql")),
+    (6, "operation_notify", include_str!("../../../migrations/postgres/0006_operation_notify.sql")),
+    (7, "projection_watermark", include_str!("../../../migrations/postgres/0007_projection_watermark.sql")),
+];
+
+const SQLITE_MIGRATIONS: MigrationSet = &[
+    (1, "messages", include_str!("../../../migrations/sqlite/0001_messages.sql")),
+    (2, "operations", include_str!("../../../migrations/sqlite/0002_operations.sql")),
+    (3, "entries", include_str!("../../../migrations/sqlite/0003_entries.sql")),
+    (4, "artifacts", include_str!("../../../migrations/sqlite/0004_artifacts.sql")),
+    (5, "deleting_index", include_str!("../../../migrations/sqlite/0005_deleting_index.sql")),
+    (6, "operation_notify", include_str!("../../../migrations/sqlite/0006_operation_notify.sql")),
+    (7, "projection_watermark", include_str!("../../../migrations/sqlite/0007_projection_watermark.sql")),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact_url("sqlite:ctx.sqlite"), "sqlite:ctx.sqlite");
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("postgres://u:p@h/db?x=a@b"), "postgres://u:***@h/db?x=a@b");
+    }
+
+    #[test]
+    fn both_engines_have_the_same_migration_versions() {
+        let pg: Vec<_> = POSTGRES_MIGRATIONS.iter().map(|m| m.0).collect();
+        let lite: Vec<_> = SQLITE_MIGRATIONS.iter().map(|m| m.0).collect();
+        assert_eq!(pg, lite);
+    }
+}

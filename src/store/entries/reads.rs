@@ -1,0 +1,77 @@
+//! Reads of entries: one entry, a batch by id (recall's rows), its history, an export's
+//! pages.
+
+use sqlx::AssertSqlSafe;
+
+use super::{ENTRY_COLUMNS, EntryRow, entry_from_row};
+use crate::store::{Db, StoreError, StoreResult, now_ms, placeholders, query};
+use context_jobs::contract::ContextInsight;
+use context_jobs::entries::status_str;
+use context_jobs::ids::TenantKey;
+
+/// The current version of one entry.
+pub async fn get(db: &Db, tenant: &TenantKey, id: &str) -> StoreResult<Option<ContextInsight>> {
+    let sql = format!("SELECT {ENTRY_COLUMNS} FROM context_entries WHERE tenant = $1 AND id = $2");
+    let row: Option<EntryRow> = query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(id).fetch_optional(db).await?;
+    row.map(entry_from_row).transpose()
+}
+
+/// The current versions of the entries `ids` (those that exist), in no particular order.
+pub async fn get_many(db: &Db, tenant: &TenantKey, ids: &[String]) -> StoreResult<Vec<ContextInsight>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT {ENTRY_COLUMNS} FROM context_entries WHERE tenant = $1 AND id IN ({})",
+        placeholders(2, ids.len())
+    );
+    let q = query(AssertSqlSafe(sql)).bind(tenant.as_str());
+    let rows: Vec<EntryRow> = ids.iter().fold(q, |q, id| q.bind(id)).fetch_all(db).await?;
+    rows.into_iter().map(entry_from_row).collect()
+}
+
+/// Every recorded version of an entry, oldest first: `(change, reason, snapshot)`.
+pub async fn history(
+    db: &Db,
+    tenant: &TenantKey,
+    id: &str,
+) -> StoreResult<Vec<(String, Option<String>, ContextInsight)>> {
+    let rows: Vec<(String, Option<String>, String)> = query(
+        "SELECT change, reason, entry FROM context_entry_versions WHERE tenant = $1 AND entry_id = $2 \
+         ORDER BY version ASC",
+    )
+    .bind(tenant.as_str())
+    .bind(id)
+    .fetch_all(db)
+    .await?;
+    rows.into_iter()
+        .map(|(change, reason, entry)| {
+            let entry = serde_json::from_str(&entry)
+                .map_err(|e| StoreError::Other(anyhow::anyhow!("corrupt entry version of {id:?}: {e}")))?;
+            Ok((change, reason, entry))
+        })
+        .collect()
+}
+
+/// One page of the tenant's current entry rows in id order, after `after_id`. All statuses
+/// are included unless `include_expired` is false, which omits `expired` entries and
+/// entries whose `expiresAtMs` has passed.
+pub async fn export_page(
+    db: &Db,
+    tenant: &TenantKey,
+    include_expired: bool,
+    after_id: Option<&str>,
+    limit: usize,
+) -> StoreResult<Vec<ContextInsight>> {
+    let filter =
+        if include_expired { "" } else { " AND status <> $4 AND (expires_at_ms IS NULL OR expires_at_ms >= $5)" };
+    let sql = format!(
+        "SELECT {ENTRY_COLUMNS} FROM context_entries WHERE tenant = $1 AND id > $2{filter} ORDER BY id ASC LIMIT $3"
+    );
+    let mut q = query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(after_id.unwrap_or("")).bind(limit as i64);
+    if !include_expired {
+        q = q.bind(status_str(context_jobs::contract::ContextInsightStatus::Expired)).bind(now_ms());
+    }
+    let rows: Vec<EntryRow> = q.fetch_all(db).await?;
+    rows.into_iter().map(entry_from_row).collect()
+}

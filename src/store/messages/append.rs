@@ -1,0 +1,335 @@
+//! The one sequence-assignment path for messages. The append endpoint and the import job
+//! both insert messages through [`append_in`], inside their own write transaction, so
+//! "skip ids that exist, give the rest the next sequences in batch order, bump the
+//! conversation" is written once.
+//!
+//! Sequence assignment: the conversation row is upserted first (`ON CONFLICT … DO UPDATE …
+//! RETURNING next_sequence`). On PostgreSQL that row lock serialises concurrent writers to
+//! one conversation (different conversations run in parallel); on SQLite `BEGIN IMMEDIATE`
+//! serialises all writers. Either way no two transactions see the same `next_sequence`.
+//! Conversations are taken in key order so two multi-conversation batches cannot deadlock.
+//!
+//! The two statements whose best form differs by engine — "which of these ids exist" and
+//! the bulk insert — are [`MessageRows`] methods on each engine's connection: PostgreSQL
+//! binds whole columns as arrays (`= ANY($n)`, `UNNEST`), SQLite uses bounded
+//! multi-row statements.
+
+use std::collections::{BTreeMap, HashSet};
+
+use sqlx::AssertSqlSafe;
+
+use crate::store::{Db, StoreError, StoreResult, Tx, json_column, now_ms, placeholders, query, row_placeholders};
+use context_jobs::contract::{AppendResponse, ConversationRecord, content_text, search_fold};
+use context_jobs::ids::TenantKey;
+
+const UPSERT_CONVERSATION_SQL: &str = "INSERT INTO conversations (tenant, conversation_id, agent_id, created_at_ms, updated_at_ms) \
+     VALUES ($1, $2, $3, $4, $4) \
+     ON CONFLICT (tenant, conversation_id) DO UPDATE SET updated_at_ms = conversations.updated_at_ms \
+     RETURNING next_sequence, deleting_operation";
+
+const ADVANCE_CONVERSATION_SQL: &str = "UPDATE conversations SET next_sequence = $3, message_count = message_count + $4, \
+     updated_at_ms = $5, agent_id = COALESCE(agent_id, $6) WHERE tenant = $1 AND conversation_id = $2";
+
+/// Group a batch by conversation (key order), keeping batch order inside each group and
+/// dropping ids repeated within the batch. Returns the groups and how many were dropped.
+fn group_by_conversation(records: &[ConversationRecord]) -> (BTreeMap<&str, Vec<&ConversationRecord>>, usize) {
+    let mut groups: BTreeMap<&str, Vec<&ConversationRecord>> = BTreeMap::new();
+    let mut seen = HashSet::new();
+    let mut repeated = 0usize;
+    for r in records {
+        if seen.insert((r.scope.conversation_id.as_str(), r.id.as_str())) {
+            groups.entry(r.scope.conversation_id.as_str()).or_default().push(r);
+        } else {
+            repeated += 1;
+        }
+    }
+    (groups, repeated)
+}
+
+/// Inside the caller's write transaction: append `records` (validated) for `tenant`.
+/// Records whose id exists in their conversation, or repeats earlier in the batch, are
+/// skipped. A conversation being deleted is a `StoreError::Conflict`.
+pub async fn append_in(tx: &mut Tx, tenant: &TenantKey, records: &[ConversationRecord]) -> StoreResult<AppendResponse> {
+    let now = now_ms();
+    let (groups, mut skipped) = group_by_conversation(records);
+    let mut appended = 0usize;
+    for (conversation, group) in &groups {
+        let agent = group.iter().find_map(|r| r.scope.listing_agent());
+        let (next_sequence, deleting): (i64, Option<String>) = query(UPSERT_CONVERSATION_SQL)
+            .bind(tenant.as_str())
+            .bind(*conversation)
+            .bind(agent)
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await?;
+        if let Some(op) = deleting {
+            return Err(StoreError::Conflict(format!(
+                "conversation {conversation:?} is being deleted by operation {op}; retry after it finishes"
+            )));
+        }
+        // Common case first: every id is new. Where the engine can insert all rows and
+        // learn of a duplicate from the unique index itself, it does so (see
+        // `insert_if_all_new`); a conversation that never had a message (sequences start
+        // at 1) has nothing to skip; otherwise check which ids exist.
+        let tenant = tenant.as_str();
+        let all_new = next_sequence > 1
+            && match tx {
+                Tx::Postgres(c) => c.insert_if_all_new(tenant, conversation, next_sequence, now, group).await?,
+                Tx::Sqlite(c) => c.insert_if_all_new(tenant, conversation, next_sequence, now, group).await?,
+            };
+        let fresh: Vec<&ConversationRecord> = if all_new {
+            group.clone()
+        } else {
+            let existing = if next_sequence == 1 {
+                HashSet::new()
+            } else {
+                let ids: Vec<&str> = group.iter().map(|r| r.id.as_str()).collect();
+                match tx {
+                    Tx::Postgres(c) => c.existing_message_ids(tenant, conversation, &ids).await?,
+                    Tx::Sqlite(c) => c.existing_message_ids(tenant, conversation, &ids).await?,
+                }
+            };
+            let fresh: Vec<&ConversationRecord> = group.iter().copied().filter(|r| !existing.contains(&r.id)).collect();
+            if !fresh.is_empty() {
+                match tx {
+                    Tx::Postgres(c) => c.insert_messages(tenant, conversation, next_sequence, now, &fresh).await?,
+                    Tx::Sqlite(c) => c.insert_messages(tenant, conversation, next_sequence, now, &fresh).await?,
+                }
+            }
+            fresh
+        };
+        skipped += group.len() - fresh.len();
+        if fresh.is_empty() {
+            continue;
+        }
+        query(ADVANCE_CONVERSATION_SQL)
+            .bind(tenant)
+            .bind(*conversation)
+            .bind(next_sequence + fresh.len() as i64)
+            .bind(fresh.len() as i64)
+            .bind(now)
+            .bind(agent)
+            .execute(&mut *tx)
+            .await?;
+        appended += fresh.len();
+    }
+    Ok(AppendResponse { appended, skipped })
+}
+
+/// Append a validated batch atomically, in its own transaction.
+pub async fn append(db: &Db, tenant: &TenantKey, records: &[ConversationRecord]) -> StoreResult<AppendResponse> {
+    let mut tx = db.begin_write().await?;
+    let response = append_in(&mut tx, tenant, records).await?;
+    tx.commit().await?;
+    Ok(response)
+}
+
+/// The engine-specific halves of an append, on a connection inside a transaction.
+trait MessageRows {
+    /// Which of `ids` exist in the conversation.
+    fn existing_message_ids(
+        &mut self,
+        tenant: &str,
+        conversation: &str,
+        ids: &[&str],
+    ) -> impl Future<Output = Result<HashSet<String>, sqlx::Error>> + Send;
+
+    /// Insert all `rows` (sequences from `first_sequence`) if none of their ids exists yet,
+    /// returning `true`; `false` (nothing written) sends the caller to the checked path.
+    fn insert_if_all_new(
+        &mut self,
+        tenant: &str,
+        conversation: &str,
+        first_sequence: i64,
+        now: i64,
+        rows: &[&ConversationRecord],
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+
+    /// Insert `rows` with sequences `first_sequence, first_sequence + 1, …` in order.
+    fn insert_messages(
+        &mut self,
+        tenant: &str,
+        conversation: &str,
+        first_sequence: i64,
+        now: i64,
+        rows: &[&ConversationRecord],
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+}
+
+/// The stored columns of one message (everything but tenant, conversation, sequence).
+struct Columns<'a> {
+    id: &'a str,
+    role: &'a str,
+    scope: String,
+    content: String,
+    search_text: String,
+    name: Option<&'a str>,
+    tool_call_id: Option<&'a str>,
+    created_at_ms: i64,
+    metadata: Option<String>,
+}
+
+fn columns<'a>(r: &'a ConversationRecord, now: i64) -> Columns<'a> {
+    Columns {
+        id: &r.id,
+        role: &r.role,
+        scope: serde_json::to_string(&r.scope).unwrap_or_default(),
+        content: r.content.to_string(),
+        search_text: search_fold(&content_text(&r.content)),
+        name: r.name.as_deref(),
+        tool_call_id: r.tool_call_id.as_deref(),
+        created_at_ms: if r.created_at_ms > 0 { r.created_at_ms } else { now },
+        metadata: json_column(&r.metadata),
+    }
+}
+
+/// The stored columns of a message row, in the order both inserts write them.
+const COLUMN_LIST: &str = "tenant, conversation_id, id, sequence, role, scope, content, search_text, name, tool_call_id, created_at_ms, metadata";
+
+impl MessageRows for sqlx::PgConnection {
+    /// Optimistic bulk insert under a savepoint: the primary key itself detects a duplicate
+    /// (23505), and the savepoint undoes the attempt. This avoids the "which ids exist"
+    /// query, whose plan PostgreSQL gets badly wrong on a table without statistics (it
+    /// scans the whole conversation by the sequence index for every batch).
+    async fn insert_if_all_new(
+        &mut self,
+        tenant: &str,
+        conversation: &str,
+        first_sequence: i64,
+        now: i64,
+        rows: &[&ConversationRecord],
+    ) -> Result<bool, sqlx::Error> {
+        sqlx::query("SAVEPOINT append_all_new").execute(&mut *self).await?;
+        match self.insert_messages(tenant, conversation, first_sequence, now, rows).await {
+            Ok(()) => Ok(true),
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
+                sqlx::query("ROLLBACK TO SAVEPOINT append_all_new").execute(&mut *self).await?;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn existing_message_ids(
+        &mut self,
+        tenant: &str,
+        conversation: &str,
+        ids: &[&str],
+    ) -> Result<HashSet<String>, sqlx::Error> {
+        let found: Vec<String> =
+            sqlx::query_scalar("SELECT id FROM messages WHERE tenant = $1 AND conversation_id = $2 AND id = ANY($3)")
+                .bind(tenant)
+                .bind(conversation)
+                .bind(ids)
+                .fetch_all(&mut *self)
+                .await?;
+        Ok(found.into_iter().collect())
+    }
+
+    async fn insert_messages(
+        &mut self,
+        tenant: &str,
+        conversation: &str,
+        first_sequence: i64,
+        now: i64,
+        rows: &[&ConversationRecord],
+    ) -> Result<(), sqlx::Error> {
+        // One statement whatever the row count: each column is one array parameter. Not
+        // `COPY … FROM STDIN`: sqlx leaves Nagle's algorithm on, so the small CopyDone
+        // written after the data waits for the server's delayed ACK (~40 ms a statement).
+        let cols: Vec<Columns<'_>> = rows.iter().map(|r| columns(r, now)).collect();
+        let sequences: Vec<i64> = (0..cols.len() as i64).map(|i| first_sequence + i).collect();
+        let sql = format!(
+            "INSERT INTO messages ({COLUMN_LIST}) SELECT $1, $2, * FROM UNNEST($3::text[], $4::int8[], $5::text[], \
+             $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::int8[], $12::text[])"
+        );
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(conversation)
+            .bind(cols.iter().map(|c| c.id).collect::<Vec<_>>())
+            .bind(sequences)
+            .bind(cols.iter().map(|c| c.role).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.scope.as_str()).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.content.as_str()).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.search_text.as_str()).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.name).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.tool_call_id).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.created_at_ms).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.metadata.as_deref()).collect::<Vec<_>>())
+            .execute(&mut *self)
+            .await?;
+        Ok(())
+    }
+}
+
+/// SQLite binds at most 32,766 parameters per statement: stay well below it.
+const SQLITE_IDS_PER_QUERY: usize = 500;
+const SQLITE_ROWS_PER_INSERT: usize = 500;
+
+impl MessageRows for sqlx::SqliteConnection {
+    /// SQLite plans the id check on the primary key; the checked path is as cheap.
+    async fn insert_if_all_new(
+        &mut self,
+        _tenant: &str,
+        _conversation: &str,
+        _first_sequence: i64,
+        _now: i64,
+        _rows: &[&ConversationRecord],
+    ) -> Result<bool, sqlx::Error> {
+        Ok(false)
+    }
+
+    async fn existing_message_ids(
+        &mut self,
+        tenant: &str,
+        conversation: &str,
+        ids: &[&str],
+    ) -> Result<HashSet<String>, sqlx::Error> {
+        let mut found = HashSet::new();
+        for part in ids.chunks(SQLITE_IDS_PER_QUERY) {
+            let sql = format!(
+                "SELECT id FROM messages WHERE tenant = $1 AND conversation_id = $2 AND id IN ({})",
+                placeholders(3, part.len())
+            );
+            let mut query = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql)).bind(tenant).bind(conversation);
+            for id in part {
+                query = query.bind(*id);
+            }
+            found.extend(query.fetch_all(&mut *self).await?);
+        }
+        Ok(found)
+    }
+
+    async fn insert_messages(
+        &mut self,
+        tenant: &str,
+        conversation: &str,
+        first_sequence: i64,
+        now: i64,
+        rows: &[&ConversationRecord],
+    ) -> Result<(), sqlx::Error> {
+        for (n, part) in rows.chunks(SQLITE_ROWS_PER_INSERT).enumerate() {
+            let cols: Vec<Columns<'_>> = part.iter().map(|r| columns(r, now)).collect();
+            let sql = format!("INSERT INTO messages ({COLUMN_LIST}) VALUES {}", row_placeholders(1, cols.len(), 12));
+            let first = first_sequence + (n * SQLITE_ROWS_PER_INSERT) as i64;
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for (i, c) in cols.iter().enumerate() {
+                query = query
+                    .bind(tenant)
+                    .bind(conversation)
+                    .bind(c.id)
+                    .bind(first + i as i64)
+                    .bind(c.role)
+                    .bind(c.scope.as_str())
+                    .bind(c.content.as_str())
+                    .bind(c.search_text.as_str())
+                    .bind(c.name)
+                    .bind(c.tool_call_id)
+                    .bind(c.created_at_ms)
+                    .bind(c.metadata.as_deref());
+            }
+            query.execute(&mut *self).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,107 @@
+//! What the dispatcher and the maintenance loop ask of the operations table: operations to
+//! push again, the push mark, forgetting and pruning terminal operations, and the census
+//! behind the gauges. State names come from the core's machine, never from literals here.
+
+use sqlx::AssertSqlSafe;
+
+use crate::store::{Db, StoreError, StoreResult, now_ms, placeholders, query};
+use context_jobs::contract::{ContextOperationKind, ContextOperationState as State};
+use context_jobs::ids::{OperationId, TenantKey};
+use context_jobs::operation::machine::TERMINAL;
+
+/// An operation the dispatcher should push again.
+pub struct Dispatchable {
+    pub id: OperationId,
+    pub kind: ContextOperationKind,
+    /// Its worker's lease expired: pushing it recovers an orphan.
+    pub orphaned: bool,
+}
+
+/// `state IN ($start, …)` over the terminal states, and their names to bind.
+fn terminal_in(start: usize) -> (String, impl Iterator<Item = &'static str>) {
+    (format!("state IN ({})", placeholders(start, TERMINAL.len())), TERMINAL.iter().map(|s| s.as_str()))
+}
+
+/// Due operations that were never pushed (or not for `repush_after_ms`), and running
+/// ones whose lease expired. Each returned row was marked pushed by a compare-and-set, so
+/// concurrent dispatchers do not push the same operation twice in one round.
+pub async fn take_dispatchable(db: &Db, repush_after_ms: i64, limit: usize) -> StoreResult<Vec<Dispatchable>> {
+    let now = now_ms();
+    let stale = now - repush_after_ms;
+    let candidates: Vec<(String, String, String, Option<i64>)> = query(
+        "SELECT id, kind, state, pushed_at_ms FROM operations WHERE \
+         ((state = $4 AND not_before_ms <= $1) OR (state = $5 AND lease_expires_at_ms < $1)) \
+         AND (pushed_at_ms IS NULL OR pushed_at_ms < $2) ORDER BY created_at_ms LIMIT $3",
+    )
+    .bind(now)
+    .bind(stale)
+    .bind(limit as i64)
+    .bind(State::Queued.as_str())
+    .bind(State::Running.as_str())
+    .fetch_all(db)
+    .await?;
+    let mut out = Vec::new();
+    for (id, kind, state, pushed) in candidates {
+        let won = query(
+            "UPDATE operations SET pushed_at_ms = $2 WHERE id = $1 AND \
+             ((pushed_at_ms IS NULL AND $3 = -1) OR pushed_at_ms = $3)",
+        )
+        .bind(id.as_str())
+        .bind(now)
+        .bind(pushed.unwrap_or(-1))
+        .execute(db)
+        .await?
+            == 1;
+        if let (true, Some(kind)) = (won, ContextOperationKind::parse(&kind)) {
+            let orphaned = state == State::Running.as_str();
+            out.push(Dispatchable { id: OperationId::from_stored(id), kind, orphaned });
+        }
+    }
+    Ok(out)
+}
+
+/// Submissions insert rows already marked pushed; a failed push clears the mark so the
+/// next dispatcher round pushes it.
+pub async fn clear_pushed(db: &Db, id: &OperationId) -> StoreResult<()> {
+    query("UPDATE operations SET pushed_at_ms = NULL WHERE id = $1 AND state = $2")
+        .bind(id.as_str())
+        .bind(State::Queued.as_str())
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Forget a terminal operation. Non-terminal ones must be cancelled first (409).
+pub async fn forget(db: &Db, tenant: &TenantKey, id: &OperationId) -> StoreResult<()> {
+    let (terminal, states) = terminal_in(3);
+    let sql = format!("DELETE FROM operations WHERE id = $1 AND tenant = $2 AND {terminal}");
+    let deleted = states
+        .fold(query(AssertSqlSafe(sql)).bind(id.as_str()).bind(tenant.as_str()), |q, s| q.bind(s))
+        .execute(db)
+        .await?;
+    if deleted == 1 {
+        return Ok(());
+    }
+    match super::get(db, tenant, id).await? {
+        Some(_) => Err(StoreError::Conflict("only a terminal operation can be forgotten; cancel it first".into())),
+        None => Err(StoreError::NotFound(format!("operation {id} not found"))),
+    }
+}
+
+/// Delete terminal operations finished before `before_ms`.
+pub async fn prune(db: &Db, before_ms: i64) -> StoreResult<u64> {
+    let (terminal, states) = terminal_in(2);
+    let sql = format!("DELETE FROM operations WHERE {terminal} AND finished_at_ms < $1");
+    Ok(states.fold(query(AssertSqlSafe(sql)).bind(before_ms), |q, s| q.bind(s)).execute(db).await?)
+}
+
+/// Counts by kind and state, and the oldest queued operation's creation time (all
+/// tenants: these feed unlabelled-by-tenant gauges).
+pub async fn census(db: &Db) -> StoreResult<(Vec<(String, String, i64)>, Option<i64>)> {
+    let counts = query("SELECT kind, state, COUNT(*) FROM operations GROUP BY kind, state").fetch_all(db).await?;
+    let oldest: Option<i64> = query("SELECT MIN(created_at_ms) FROM operations WHERE state = $1")
+        .bind(State::Queued.as_str())
+        .fetch_scalar(db)
+        .await?;
+    Ok((counts, oldest))
+}

@@ -1,0 +1,159 @@
+//! Imports: a corrupted artifact of every kind fails before anything is written (bad line,
+//! bad record, unknown type, truncation, miscount, unknown schema, altered bytes); inline
+//! imports keep the given order after existing messages, are idempotent by key and are
+//! validated before any operation exists.
+
+use crate::harness::db::with_pool;
+use context_jobs::artifact::{Header, header_line};
+use context_jobs::contract::ContextOperationState;
+use context_ops::store::Db;
+use serde_json::json;
+
+use super::{EXPORTS, IMPORTS, OPS, artifact_lines, entry, import, join_lines, page_all, small_config, upload};
+use crate::harness::{OperationExt as _, TestApp, assert_api_error, message};
+
+/// Replace `from` by `to` (same length) inside the artifact's first chunk, behind the
+/// service's back.
+async fn tamper(db: &Db, artifact: &str, from: &[u8], to: &[u8]) {
+    let mut data: Vec<u8> = with_pool!(db, pool => {
+        sqlx::query_scalar("SELECT data FROM artifact_chunks WHERE artifact_id = $1 AND start_offset = 0")
+            .bind(artifact)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    });
+    let at = data.windows(from.len()).position(|w| w == from).expect("the bytes to tamper with");
+    data[at..at + to.len()].copy_from_slice(to);
+    with_pool!(db, pool => {
+        sqlx::query("UPDATE artifact_chunks SET data = $2 WHERE artifact_id = $1 AND start_offset = 0")
+            .bind(artifact)
+            .bind(data.as_slice())
+            .execute(pool)
+            .await
+            .unwrap();
+    });
+}
+
+async fn corrupted_artifacts_fail_and_write_nothing(app: TestApp) {
+    // 30 records and batches of 10 (see `small_config`): every corruption sits after at
+    // least one full batch, so "nothing written" proves validation runs first.
+    let lines = artifact_lines("bad", 30);
+    let mut cases: Vec<(&str, Vec<String>, &str, u64)> = Vec::new();
+    let mut garbage = lines.clone();
+    garbage[25] = "{\"type\":\"message\",\"id\":".into();
+    cases.push(("a line that is not JSON", garbage, "artifact_bad_line", 26));
+    let mut wizard = lines.clone();
+    wizard[20] = wizard[20].replace("\"role\":\"user\"", "\"role\":\"wizard\"");
+    cases.push(("an invalid record", wizard, "artifact_bad_line", 21));
+    let mut unknown = lines.clone();
+    unknown.insert(15, r#"{"type":"vector","id":"v"}"#.into());
+    cases.push(("an unknown record type", unknown, "artifact_bad_line", 16));
+    cases.push(("no trailer", lines[..31].to_vec(), "artifact_truncated", 32));
+    let mut miscounted = lines.clone();
+    miscounted.remove(29);
+    cases.push(("a record missing", miscounted, "artifact_truncated", 31));
+    let mut v9 = lines.clone();
+    v9[0] = header_line(&Header { schema_version: 9, ..Header::new("t", 1) });
+    cases.push(("schema version 9", v9, "artifact_unknown_schema", 1));
+
+    for (what, case, code, line) in cases {
+        let id = upload(&app, &join_lines(&case), 500).await;
+        let op = import(&app, json!({"artifactRef": id, "idempotencyKey": format!("k-{what}")})).await;
+        assert_eq!(op.state, ContextOperationState::Failed, "{what}: {op:?}");
+        assert_eq!(op.error_code.as_deref(), Some(code), "{what}: {op:?}");
+        assert!(op.error.as_deref().unwrap().contains(&format!("line {line}:")), "{what}: {op:?}");
+        assert_eq!(op.processed, 0, "{what}: {op:?}");
+        assert!(page_all(&app, "bad").await.is_empty(), "{what}: nothing may be written");
+    }
+
+    // Bytes altered at rest after sealing: the digest no longer matches.
+    let id = upload(&app, &join_lines(&lines), 1 << 20).await;
+    tamper(app.db(), &id, b"text 7", b"text 8").await;
+    let op = import(&app, json!({"artifactRef": id, "idempotencyKey": "tampered"})).await;
+    assert_eq!(
+        (op.state, op.error_code.as_deref()),
+        (ContextOperationState::Failed, Some("artifact_bad_digest")),
+        "{op:?}"
+    );
+    assert!(page_all(&app, "bad").await.is_empty());
+
+    // The same bytes untouched import fine, in several batches.
+    let id = upload(&app, &join_lines(&lines), 1 << 20).await;
+    let op = import(&app, json!({"artifactRef": id, "idempotencyKey": "good"})).await;
+    assert_eq!(op.result_json()["messages"], json!({"inserted": 30, "skipped": 0}), "{op:?}");
+    let stored = page_all(&app, "bad").await;
+    let sequences: Vec<i64> = stored.iter().map(|m| m["sequence"].as_i64().unwrap()).collect();
+    assert_eq!(sequences, (1..=30).collect::<Vec<_>>());
+    app.stop().await;
+}
+
+async fn inline_import_sequences_idempotency_and_validation(app: TestApp) {
+    app.append_records(&[message("mix", "x1", "user", "one"), message("mix", "x2", "user", "two")]).await;
+    let body = json!({
+        "idempotencyKey": "inline-1",
+        "messages": [message("mix", "y1", "user", "three"), message("mix", "x1", "user", "dup"),
+                     message("mix", "y2", "assistant", "four")],
+        "entries": [entry("ie-1", "imported fact")],
+    });
+    let id = app.submit(IMPORTS, &body).await.id;
+    // The same key and body return the same operation; a different body is a conflict.
+    let (status, same) = app.post(IMPORTS, &body).await;
+    assert_eq!((status, same["id"].as_str()), (202, Some(id.as_str())));
+    let mut changed = body.clone();
+    changed["messages"][0]["content"] = json!("other");
+    let (status, conflict) = app.post(IMPORTS, &changed).await;
+    assert_api_error(status, &conflict, 409);
+    let op = app.wait_terminal(&id).await;
+    assert_eq!(op.state, ContextOperationState::Succeeded, "{op:?}");
+    assert_eq!(op.result_json()["messages"], json!({"inserted": 2, "skipped": 1}));
+    assert_eq!(op.result_json()["entries"], json!({"inserted": 1, "skipped": 0}));
+    let stored: Vec<(String, i64)> = page_all(&app, "mix")
+        .await
+        .iter()
+        .map(|m| (m["id"].as_str().unwrap().to_string(), m["sequence"].as_i64().unwrap()))
+        .collect();
+    let expected = [("x1", 1), ("x2", 2), ("y1", 3), ("y2", 4)].map(|(i, s)| (i.to_string(), s));
+    assert_eq!(stored, expected, "after the existing messages, in the given order");
+    let (status, e) = app.post("/internal/v1/context/entries/get", &json!({"entryId": "ie-1"})).await;
+    assert_eq!((status, e["content"].as_str()), (200, Some("imported fact")));
+
+    // The generic submission path takes the same request.
+    let advanced =
+        json!({"kind": "import", "request": {"idempotencyKey": "adv", "messages": [message("mix", "z", "user", "z")]}});
+    let adv = app.submit("/internal/v1/context/advanced-operations", &advanced).await;
+    assert_eq!(app.wait_terminal(&adv.id).await.result_json()["messages"]["inserted"], 1);
+    let (status, adv) =
+        app.post("/internal/v1/context/advanced-operations", &json!({"kind": "export", "request": {}})).await;
+    assert_eq!(status, 202, "{adv}");
+
+    // Exactly one source, a key, the append limits, well-formed ids: else 400, no operation.
+    let artifact = ulid::Ulid::generate().to_string();
+    let too_many: Vec<_> = (0..501).map(|i| message("mix", &format!("n{i}"), "user", "x")).collect();
+    for bad in [
+        json!({"idempotencyKey": "k"}),
+        json!({"idempotencyKey": "k", "artifactRef": artifact, "messages": [message("mix", "a", "user", "x")]}),
+        json!({"messages": [message("mix", "a", "user", "x")]}),
+        json!({"idempotencyKey": "", "messages": [message("mix", "a", "user", "x")]}),
+        json!({"idempotencyKey": "k", "messages": too_many}),
+        json!({"idempotencyKey": "k", "messages": [message("mix", "a", "wizard", "x")]}),
+        json!({"idempotencyKey": "k", "entries": [entry("", "x")]}),
+        json!({"idempotencyKey": "k", "artifactRef": "not-an-id"}),
+        json!({"idempotencyKey": "k", "messages": [], "surprise": true}),
+    ] {
+        let (status, body) = app.post(IMPORTS, &bad).await;
+        assert_api_error(status, &body, 400);
+    }
+    let (status, body) = app.post(IMPORTS, &json!({"idempotencyKey": "k", "artifactRef": artifact})).await;
+    assert_api_error(status, &body, 404);
+    let (status, body) = app.post(EXPORTS, &json!({"includeExpired": "yes"})).await;
+    assert_api_error(status, &body, 400);
+    let (_, list) = app.get(&format!("{OPS}?kind=import")).await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 2, "rejected requests left no operation: {list}");
+    app.stop().await;
+}
+
+backend_tests!(
+    start = small_config;
+    corrupted_artifacts_fail_and_write_nothing,
+    inline_import_sequences_idempotency_and_validation,
+);

@@ -1,0 +1,25 @@
+//! The integration tests: one binary (`cargo test --test it`), one harness
+//! ([`harness`]), the real service over real HTTP against both backends (DESIGN.md §7).
+//!
+//! One module per area. A module that outgrows ~300 lines becomes a folder, split by what
+//! its tests exercise, with the helpers only it uses in its `mod.rs`.
+
+#[macro_use]
+mod harness;
+
+mod artifacts;
+mod auth_tenancy;
+mod embeddings_provider;
+mod engine;
+mod engine_faults;
+mod entries;
+mod faults;
+mod inference;
+mod messages;
+mod operations;
+mod projection_migration;
+mod queue;
+mod recall;
+mod recall_quality;
+mod startup;
+mod vectors;

@@ -1,0 +1,114 @@
+//! Resilience: a panicking handler and undecodable payloads do not stop the worker, a
+//! shutdown lets running handlers finish, and workers restart when the backend forgets
+//! them.
+
+use context_jobs::ids::OperationId;
+use context_ops::queue::QueueDepth;
+use context_ops::store::Db;
+use tokio_util::sync::CancellationToken;
+
+use super::{DELETE, EXPORT, Env, Recorder, stop};
+use crate::harness::{Backend, redis_url};
+
+async fn panics_and_garbage_do_not_stop_the_worker(backend: Backend) {
+    let env = Env::new(backend).await;
+    let recorder = Recorder::with(&["boom"], &[]);
+    let shutdown = CancellationToken::new();
+    let workers = env.queue.spawn_workers(recorder.handler(), shutdown.clone());
+
+    env.queue.push(DELETE, &OperationId::from_stored("boom")).await.unwrap();
+    env.push_raw(DELETE, b"\xff\xfe not json at all").await;
+    env.push_raw(DELETE, br#"{"unexpected": true}"#).await;
+    env.push_raw(DELETE, br#"{"operationId": ""}"#).await;
+    for i in 0..5 {
+        env.queue.push(DELETE, &OperationId::from_stored(format!("after-{i}"))).await.unwrap();
+    }
+    let after: Vec<String> = (0..5).map(|i| format!("after-{i}")).collect();
+    recorder.wait_for_ids(&after).await;
+    assert!(recorder.started.lock().unwrap().contains(&"boom".to_owned()), "the panicking id ran");
+    assert!(!recorder.seen_ids().contains(&"boom".to_owned()));
+
+    // Everything, garbage included, was acknowledged: nothing pending, nothing held.
+    env.wait_depth(DELETE, |d| d.pending == 0 && d.inflight == 0).await;
+    if let Db::Sqlite(pool) = &env.db {
+        let workers: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM Workers WHERE worker_type = $1")
+            .bind(env.queue_name(DELETE))
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(workers, 1, "the worker never restarted");
+    }
+
+    stop(shutdown, workers).await;
+    env.cleanup().await;
+}
+
+async fn shutdown_lets_running_handlers_finish(backend: Backend) {
+    let env = Env::new(backend).await;
+    let recorder = Recorder::with(&[], &["slow"]);
+    let shutdown = CancellationToken::new();
+    let workers = env.queue.spawn_workers(recorder.handler(), shutdown.clone());
+
+    env.queue.push(EXPORT, &OperationId::from_stored("slow")).await.unwrap();
+    recorder.wait_until("the slow handler to start", |r| r.started.lock().unwrap().contains(&"slow".to_owned())).await;
+    stop(shutdown, workers).await;
+    assert_eq!(recorder.seen_ids(), vec!["slow".to_owned()], "the running handler finished before the stop");
+    // It was acknowledged on the way out, not left in flight.
+    assert_eq!(env.queue.depth(EXPORT).await.unwrap(), QueueDepth::default());
+
+    // A message pushed after the stop stays queued.
+    env.queue.push(EXPORT, &OperationId::from_stored("later")).await.unwrap();
+    assert_eq!(env.queue.depth(EXPORT).await.unwrap().pending, 1);
+    env.cleanup().await;
+}
+
+async fn workers_restart_after_the_backend_forgets_them(backend: Backend) {
+    let env = Env::new(backend).await;
+    let recorder = Recorder::with(&[], &[]);
+    let shutdown = CancellationToken::new();
+    let workers = env.queue.spawn_workers(recorder.handler(), shutdown.clone());
+    env.queue.push(DELETE, &OperationId::from_stored("before")).await.unwrap();
+    recorder.wait_for_ids(&["before".to_owned()]).await;
+    env.wait_depth(DELETE, |d| d.inflight == 0).await;
+
+    match &env.db {
+        Db::Sqlite(pool) => {
+            sqlx::query("DELETE FROM Workers WHERE worker_type = $1 AND NOT EXISTS (SELECT 1 FROM Jobs WHERE lock_by = Workers.id)")
+                .bind(env.queue_name(DELETE))
+                .execute(pool)
+                .await
+                .unwrap();
+            // Its finished rows still reference it: detach them so the row can go.
+            sqlx::query("UPDATE Jobs SET lock_by = NULL WHERE job_type = $1")
+                .bind(env.queue_name(DELETE))
+                .execute(pool)
+                .await
+                .unwrap();
+            sqlx::query("DELETE FROM Workers WHERE worker_type = $1")
+                .bind(env.queue_name(DELETE))
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+        Db::Postgres(_) => {
+            let client = redis::Client::open(redis_url()).unwrap();
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let pattern = format!("{}:*", env.queue_name(DELETE));
+            let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut conn).await.unwrap();
+            if !keys.is_empty() {
+                let _: u64 = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.unwrap();
+            }
+        }
+    }
+
+    env.queue.push(DELETE, &OperationId::from_stored("after")).await.unwrap();
+    recorder.wait_for_ids(&["after".to_owned()]).await;
+    stop(shutdown, workers).await;
+    env.cleanup().await;
+}
+
+backend_tests!(
+    backend: panics_and_garbage_do_not_stop_the_worker,
+    shutdown_lets_running_handlers_finish,
+    workers_restart_after_the_backend_forgets_them,
+);

@@ -1,0 +1,7 @@
+//! The vector projection against both real databases: writing vectors (`store`), how a
+//! rebuild's walk decides what to trust (`walks`), and SIGKILL of the real binary in the
+//! middle of a `rebuild_vector` operation (`rebuild_fault`).
+
+mod rebuild_fault;
+mod store;
+mod walks;
