@@ -90,3 +90,17 @@ pub const INFERENCE_PROVIDER_RETRIES: &str = "context_ops_inference_provider_ret
 pub const QUEUE_PUSHES: &str = "context_ops_queue_pushes_total";
 pub const QUEUE_DELIVERIES: &str = "context_ops_queue_deliveries_total";
 pub const QUEUE_WORKER_RESTARTS: &str = "context_ops_queue_worker_restarts_total";
+/// 1 while a kind is paused for everyone (set by the process that paused or resumed it,
+/// and by every worker process's gauge refresh).
+pub const QUEUE_PAUSED: &str = "context_ops_queue_paused";
+/// Queue-control changes by kind and action (`pause`, `resume`).
+pub const QUEUE_CONTROLS: &str = "context_ops_queue_controls_total";
+
+/// Record a pause or resume.
+pub fn set_paused(kind: context_jobs::contract::ContextOperationKind, everyone: bool, paused: bool) {
+    let action = if paused { "pause" } else { "resume" };
+    metrics::counter!(QUEUE_CONTROLS, "kind" => kind.as_str(), "action" => action).increment(1);
+    if everyone {
+        metrics::gauge!(QUEUE_PAUSED, "kind" => kind.as_str()).set(if paused { 1.0 } else { 0.0 });
+    }
+}

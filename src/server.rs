@@ -130,13 +130,24 @@ pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
             std::process::id(),
             ulid::Ulid::generate()
         );
+        // Announced before any worker can claim: a lease owner nobody has heard of is dead.
+        crate::store::operations::controls::announce_worker(&state.db, &holder).await?;
         let runner = Runner {
             db: state.db.clone(),
             config: state.config.clone(),
             shutdown: shutdown.clone(),
             changes: state.changes.clone(),
+            holder: holder.as_str().into(),
+            scheduling: state.scheduling.clone(),
         };
-        tasks.push(state.queue.spawn_workers(Arc::new(runner), shutdown.clone()));
+        let workers = state.queue.spawn_workers(Arc::new(runner), shutdown.clone());
+        let stopped = CancellationToken::new();
+        tasks.push(crate::worker::liveness::spawn(state.db.clone(), holder.clone(), shutdown.clone(), stopped.clone()));
+        tasks.push(tokio::spawn(async move {
+            let ended = workers.await;
+            stopped.cancel();
+            ended.context("queue workers panicked")?
+        }));
         tasks.push(crate::worker::projector::spawn(
             state.db.clone(),
             state.embedder().clone(),

@@ -82,9 +82,15 @@ pub struct AuthConfig {
     #[arg(long, env = "AGENT_CONTEXT_SERVICE_TOKEN", hide_env_values = true, value_parser = secret)]
     pub service_token: Option<SecretString>,
 
-    /// HS256 secret for gateway-issued JWTs (audience `agent-context-infra`).
+    /// HS256 secret for gateway-issued JWTs (audience `agent-context-infra`; the claim
+    /// `"admin": true` grants admin powers).
     #[arg(long, env = "CONTEXT_OPS_JWT_SECRET", hide_env_values = true, value_parser = secret)]
     pub jwt_secret: Option<SecretString>,
+
+    /// Bearer token with admin powers (pause/resume, bulk actions, every tenant's
+    /// operations), acting as tenant `default/default`.
+    #[arg(long, env = "CONTEXT_OPS_ADMIN_TOKEN", hide_env_values = true, value_parser = secret)]
+    pub admin_token: Option<SecretString>,
 }
 
 #[derive(Clone, Args)]
@@ -207,4 +213,32 @@ pub struct ProviderConfig {
     /// Budget of conversation history loaded into an inference turn, bytes of text.
     #[arg(long, env = "CONTEXT_OPS_INFERENCE_HISTORY_BYTES", default_value_t = 256 * 1024)]
     pub inference_history_bytes: usize,
+}
+
+#[derive(Clone, Args)]
+#[command(next_help_heading = "Scheduling")]
+pub struct SchedulerConfig {
+    /// Running operations per kind, all worker processes together: `export=2,*=16`
+    /// (unset: unlimited).
+    #[arg(long, env = "CONTEXT_OPS_MAX_RUNNING", default_value = "")]
+    pub max_running: String,
+
+    /// Running operations per tenant per kind, all worker processes together:
+    /// `inference=4,*=8` (unset: unlimited).
+    #[arg(long, env = "CONTEXT_OPS_MAX_RUNNING_PER_TENANT", default_value = "")]
+    pub max_running_per_tenant: String,
+
+    /// Fair-share weights of tenants: `acme/prod=3,beta/dev=2` (others weigh 1).
+    #[arg(long, env = "CONTEXT_OPS_TENANT_WEIGHTS", default_value = "")]
+    pub tenant_weights: String,
+
+    /// Default timeout per kind, milliseconds, when a submission gives no deadline:
+    /// `inference=600000` (unset: none).
+    #[arg(long, env = "CONTEXT_OPS_DEFAULT_TIMEOUT_MS", default_value = "")]
+    pub default_timeout_ms: String,
+
+    /// Provider rate limits shared by every worker process: rules separated by `;`, e.g.
+    /// `model=gpt-4o rpm=500 tpm=200000 rpd=10000; model=* tenant=acme/prod rpm=20`.
+    #[arg(long, env = "CONTEXT_OPS_RATE_LIMITS", default_value = "")]
+    pub rate_limits: String,
 }

@@ -11,6 +11,19 @@ use secrecy::ExposeSecret as _;
 
 pub use groups::*;
 
+use context_jobs::operation::limits::{PerKind, parse_weights};
+use context_jobs::operation::rate_limit::{RateRule, parse_rules};
+
+/// [`SchedulerConfig`], parsed.
+#[derive(Debug, Clone, Default)]
+pub struct Scheduling {
+    pub max_running: PerKind,
+    pub max_running_per_tenant: PerKind,
+    pub weights: Vec<(String, u32)>,
+    pub default_timeout_ms: PerKind,
+    pub rate_limits: Vec<RateRule>,
+}
+
 #[derive(Parser)]
 #[command(
     name = "context-ops",
@@ -78,6 +91,8 @@ pub struct ServeArgs {
     pub artifacts: ArtifactConfig,
     #[command(flatten)]
     pub provider: ProviderConfig,
+    #[command(flatten)]
+    pub scheduler: SchedulerConfig,
 }
 
 #[derive(Args)]
@@ -98,6 +113,8 @@ pub struct ApiArgs {
     pub embedder: EmbedderConfig,
     #[command(flatten)]
     pub artifacts: ArtifactConfig,
+    #[command(flatten)]
+    pub scheduler: SchedulerConfig,
 }
 
 #[derive(Args)]
@@ -120,6 +137,8 @@ pub struct WorkerArgs {
     pub artifacts: ArtifactConfig,
     #[command(flatten)]
     pub provider: ProviderConfig,
+    #[command(flatten)]
+    pub scheduler: SchedulerConfig,
 }
 
 #[derive(Args)]
@@ -145,6 +164,7 @@ pub struct Config {
     pub embedder: EmbedderConfig,
     pub artifacts: ArtifactConfig,
     pub provider: ProviderConfig,
+    pub scheduler: SchedulerConfig,
 }
 
 /// A group's defaults (and its environment variables), as if no flag were given.
@@ -172,6 +192,7 @@ impl Command {
                     embedder: a.embedder,
                     artifacts: a.artifacts,
                     provider: a.provider,
+                    scheduler: a.scheduler,
                 };
                 (config, Some(Role::Serve))
             }
@@ -186,6 +207,7 @@ impl Command {
                     auth: a.auth,
                     embedder: a.embedder,
                     artifacts: a.artifacts,
+                    scheduler: a.scheduler,
                     ..Config::defaults()
                 };
                 (config, Some(Role::Api))
@@ -202,6 +224,7 @@ impl Command {
                     embedder: a.embedder,
                     artifacts: a.artifacts,
                     provider: a.provider,
+                    scheduler: a.scheduler,
                     ..Config::defaults()
                 };
                 (config, Some(Role::Worker))
@@ -226,6 +249,7 @@ impl Config {
             embedder: defaults(),
             artifacts: defaults(),
             provider: defaults(),
+            scheduler: defaults(),
         }
     }
 
@@ -268,7 +292,23 @@ impl Config {
                 "REDIS_URL must start with redis:// or rediss://"
             );
         }
+        self.scheduling()?;
         Ok(())
+    }
+
+    /// The scheduler's settings, parsed (the errors name the variable).
+    pub fn scheduling(&self) -> anyhow::Result<Scheduling> {
+        let s = &self.scheduler;
+        let err = anyhow::Error::msg;
+        Ok(Scheduling {
+            max_running: PerKind::parse("CONTEXT_OPS_MAX_RUNNING", &s.max_running).map_err(err)?,
+            max_running_per_tenant: PerKind::parse("CONTEXT_OPS_MAX_RUNNING_PER_TENANT", &s.max_running_per_tenant)
+                .map_err(err)?,
+            weights: parse_weights(&s.tenant_weights)
+                .map_err(|e| anyhow::anyhow!("CONTEXT_OPS_TENANT_WEIGHTS: {e}"))?,
+            default_timeout_ms: PerKind::parse("CONTEXT_OPS_DEFAULT_TIMEOUT_MS", &s.default_timeout_ms).map_err(err)?,
+            rate_limits: parse_rules(&s.rate_limits).map_err(|e| anyhow::anyhow!("CONTEXT_OPS_RATE_LIMITS: {e}"))?,
+        })
     }
 
     pub fn lease(&self) -> Duration {

@@ -2,6 +2,11 @@
 //! default tenant, warned about loudly at startup), a static bearer token, and HS256 JWTs
 //! issued by a gateway (audience `agent-context-infra`, tenant/project/subject claims).
 //! Both secrets may be configured at once; a request passes with either.
+//!
+//! Admin powers (pausing a kind, bulk actions, other tenants' operations) need an admin
+//! credential: the separate admin token (`CONTEXT_OPS_ADMIN_TOKEN`, tenant
+//! `default/default`), or a JWT with the claim `"admin": true`. Open mode has no
+//! credentials at all, so everything is allowed there (local use only).
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -22,6 +27,15 @@ use context_jobs::ids::TenantKey;
 pub struct Caller {
     pub scope: AuthorizedScope,
     pub tenant: TenantKey,
+    /// Holds an admin credential.
+    pub admin: bool,
+}
+
+impl Caller {
+    /// `403` unless the caller holds an admin credential.
+    pub fn require_admin(&self) -> Result<(), AppError> {
+        if self.admin { Ok(()) } else { Err(AppError::Forbidden("this needs an admin credential".into())) }
+    }
 }
 
 #[derive(Deserialize)]
@@ -31,16 +45,20 @@ struct Claims {
     #[serde(alias = "projectId")]
     project_id: String,
     sub: String,
+    #[serde(default)]
+    admin: bool,
 }
 
 pub struct Authenticator {
     token: Option<SecretString>,
+    admin_token: Option<SecretString>,
     jwt: Option<(DecodingKey, Validation)>,
 }
 
 impl Authenticator {
     pub fn new(config: &AuthConfig) -> anyhow::Result<Self> {
         let token = config.service_token.clone();
+        let admin_token = config.admin_token.clone();
         let jwt = match config.jwt_secret.as_ref().map(|s| s.expose_secret()) {
             None => None,
             Some(secret) => {
@@ -52,11 +70,11 @@ impl Authenticator {
                 Some((key, validation))
             }
         };
-        Ok(Self { token, jwt })
+        Ok(Self { token, admin_token, jwt })
     }
 
     pub fn is_open(&self) -> bool {
-        self.token.is_none() && self.jwt.is_none()
+        self.token.is_none() && self.jwt.is_none() && self.admin_token.is_none()
     }
 
     pub fn mode(&self) -> &'static str {
@@ -71,17 +89,21 @@ impl Authenticator {
     /// Verify an `Authorization` header value.
     pub fn verify(&self, header: Option<&str>) -> Result<Caller, AppError> {
         if self.is_open() {
-            return Ok(default_caller("open"));
+            return Ok(default_caller("open", true));
         }
         let presented = header
             .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| AppError::Unauthorized("missing bearer credentials".into()))?;
-        if let Some(token) = &self.token
-            && bool::from(token.expose_secret().as_bytes().ct_eq(presented.as_bytes()))
-        {
-            return Ok(default_caller("service-token"));
+        let matches = |t: &Option<SecretString>| {
+            t.as_ref().is_some_and(|t| bool::from(t.expose_secret().as_bytes().ct_eq(presented.as_bytes())))
+        };
+        if matches(&self.admin_token) {
+            return Ok(default_caller("admin-token", true));
+        }
+        if matches(&self.token) {
+            return Ok(default_caller("service-token", false));
         }
         if let Some((key, validation)) = &self.jwt
             && let Ok(data) = jsonwebtoken::decode::<Claims>(presented, key, validation)
@@ -100,6 +122,7 @@ impl Authenticator {
             }
             return Ok(Caller {
                 tenant: TenantKey::new(&c.tenant_id, &c.project_id),
+                admin: c.admin,
                 scope: AuthorizedScope { tenant_id: c.tenant_id, project_id: c.project_id, subject: c.sub },
             });
         }
@@ -107,10 +130,11 @@ impl Authenticator {
     }
 }
 
-fn default_caller(subject: &str) -> Caller {
+fn default_caller(subject: &str, admin: bool) -> Caller {
     Caller {
         scope: AuthorizedScope { tenant_id: "default".into(), project_id: "default".into(), subject: subject.into() },
         tenant: TenantKey::default_tenant(),
+        admin,
     }
 }
 

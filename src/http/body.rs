@@ -55,3 +55,45 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AppendJson<T> {
         Ok(AppendJson(value))
     }
 }
+
+/// Split a submission body into the kind's own body (decoded strictly as `T`) and the
+/// scheduling options every submission may carry at its top level (`priority`,
+/// `deadlineMs`, `timeoutMs`, `notBeforeMs`).
+pub fn submission<T: DeserializeOwned>(
+    body: serde_json::Value,
+) -> Result<(T, context_jobs::operation::SubmitOptions), AppError> {
+    let serde_json::Value::Object(mut fields) = body else {
+        return Err(AppError::BadRequest("invalid request body: expected a JSON object".into()));
+    };
+    let mut options = serde_json::Map::new();
+    for name in context_jobs::operation::options::OPTION_FIELDS {
+        if let Some(v) = fields.remove(name) {
+            options.insert(name.to_string(), v);
+        }
+    }
+    let options = serde_json::from_value(serde_json::Value::Object(options))
+        .map_err(|e| AppError::BadRequest(format!("invalid scheduling options: {e}")))?;
+    let body = serde_json::from_value(serde_json::Value::Object(fields))
+        .map_err(|e| AppError::BadRequest(format!("invalid request body: {e}")))?;
+    Ok((body, options))
+}
+
+/// A JSON body that may be absent (no bytes at all): then `T::default()`. A body that is
+/// present must be JSON of `T`.
+pub struct OptionalJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJson<T> {
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| AppError::BadRequest(format!("could not read the request body: {}", e.body_text())))?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJson(T::default()));
+        }
+        serde_json::from_slice(&bytes)
+            .map(OptionalJson)
+            .map_err(|e| AppError::BadRequest(format!("invalid request body: {e}")))
+    }
+}

@@ -31,6 +31,8 @@ pub struct AppState {
     pub db: Db,
     pub auth: Arc<Authenticator>,
     pub config: Arc<Config>,
+    /// The scheduler's settings, parsed once.
+    pub scheduling: Arc<crate::config::Scheduling>,
     pub metrics: PrometheusHandle,
     pub queue: Queue,
     /// Hybrid recall (its embedder and the per-process index cache).
@@ -51,6 +53,7 @@ impl AppState {
             recall: Recall::new(db.clone(), embedder),
             db,
             auth: Arc::new(auth),
+            scheduling: Arc::new(config.scheduling()?),
             config: Arc::new(config),
             metrics: crate::metrics::handle(),
             queue,

@@ -11,19 +11,18 @@ use crate::store::messages::{conversations, deletes};
 use crate::store::operations::SubmitEffect;
 use context_jobs::contract::DeleteConversationRequest;
 use context_jobs::ids::ConversationId;
-use context_jobs::kinds::Kind;
 use context_jobs::kinds::delete::{Delete, DeleteArgs, DeleteCheckpoint, DeleteResult, PHASE_DELETING};
 use context_jobs::operation::Progress;
 
 impl Job for Delete {
     async fn prepare(_: &SubmitCtx<'_>, submission: DeleteConversationRequest) -> Result<Prepared, SubmitError> {
         let args = Delete::args(submission)?;
-        let conversation_id = ConversationId::from_stored(args.conversation_id.as_str());
-        Ok(Prepared {
-            request: Delete::wrap(args),
-            effect: SubmitEffect::MarkDeleting { conversation_id },
-            idempotency_key: None,
-        })
+        Ok(Prepared { effect: Delete::effect(&args), ..Prepared::plain::<Delete>(args) })
+    }
+
+    /// Appends to the conversation are refused until the delete ends.
+    fn effect(args: &DeleteArgs) -> SubmitEffect {
+        SubmitEffect::MarkDeleting { conversation_id: ConversationId::from_stored(args.conversation_id.as_str()) }
     }
 
     async fn run(ctx: &JobCtx, args: DeleteArgs) -> Result<Finish<DeleteResult>, JobError> {
@@ -69,12 +68,12 @@ impl Job for Delete {
                 return Ok(Finish::Committed(result));
             }
             deletes::adjust_count(&mut tx, tenant, conversation, deleted).await?;
-            let cancel = ctx.checkpoint_in(&mut tx, &progress).await?;
+            let signals = ctx.checkpoint_in(&mut tx, &progress).await?;
             ctx.commit(tx).await?;
             processed += deleted;
             total = total.max(processed);
             at = next;
-            ctx.boundary(cancel)?;
+            ctx.boundary(signals)?;
         }
     }
 }

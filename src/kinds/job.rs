@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
 use crate::config::Config;
+use crate::store::operations::transitions::Signals;
 use crate::store::operations::{FenceError, Lease, OperationRow, transitions};
 use crate::store::{Db, StoreError, Tx};
 use context_jobs::ids::TenantKey;
@@ -25,6 +26,8 @@ pub enum JobError {
     Cancelled,
     #[error("worker shutting down")]
     ShuttingDown,
+    #[error("paused")]
+    Paused,
     #[error("transient failure: {0:#}")]
     Transient(anyhow::Error),
     #[error("{message}")]
@@ -34,6 +37,10 @@ pub enum JobError {
 impl JobError {
     pub fn permanent(code: ErrorCode, message: impl Into<String>) -> Self {
         JobError::Permanent { code, message: message.into() }
+    }
+
+    pub fn deadline_exceeded() -> Self {
+        JobError::permanent(ErrorCode::DeadlineExceeded, "the operation's deadline passed before it finished")
     }
 
     pub fn transient(message: impl std::fmt::Display) -> Self {
@@ -122,11 +129,11 @@ impl JobCtx {
 
     /// Inside a batch's transaction: record `progress` and extend the lease, fenced by the
     /// token. Returns whether a cancel was requested.
-    pub async fn checkpoint_in(&self, tx: &mut Tx, progress: &Progress) -> Result<bool, JobError> {
+    pub async fn checkpoint_in(&self, tx: &mut Tx, progress: &Progress) -> Result<Signals, JobError> {
         let lease_until_ms = self.lease.renewed_until();
-        let cancel = transitions::apply(tx, &self.lease, &Transition::Checkpoint { progress, lease_until_ms }).await?;
+        let signals = transitions::apply(tx, &self.lease, &Transition::Checkpoint { progress, lease_until_ms }).await?;
         self.processed.store(progress.processed, Ordering::Relaxed);
-        Ok(cancel)
+        Ok(signals)
     }
 
     /// Inside the last batch's transaction: finish `succeeded` with `result` together with
@@ -152,22 +159,40 @@ impl JobCtx {
     pub async fn save_progress(&self, progress: &Progress) -> Result<(), JobError> {
         let lease_until_ms = self.lease.renewed_until();
         let t = Transition::Checkpoint { progress, lease_until_ms };
-        let cancel = transitions::apply(&self.db, &self.lease, &t).await?;
+        let signals = transitions::apply(&self.db, &self.lease, &t).await?;
         self.processed.store(progress.processed, Ordering::Relaxed);
         self.changes.committed(&self.operation.id);
-        self.boundary(cancel)
+        self.boundary(signals)
     }
 
-    /// Called after each committed batch: stop if cancellation was requested or the
-    /// process is shutting down (the committed checkpoint is where the next run resumes).
-    pub fn boundary(&self, cancel_requested: bool) -> Result<(), JobError> {
-        if cancel_requested {
+    /// Called after each committed batch: stop if cancellation was requested, the kind was
+    /// paused, the deadline passed or the process is shutting down (the committed
+    /// checkpoint is where the next run resumes).
+    pub fn boundary(&self, signals: Signals) -> Result<(), JobError> {
+        if signals.cancel_requested {
             return Err(JobError::Cancelled);
+        }
+        if self.past_deadline() {
+            return Err(JobError::deadline_exceeded());
+        }
+        if signals.paused {
+            return Err(JobError::Paused);
         }
         if self.shutdown.is_cancelled() {
             return Err(JobError::ShuttingDown);
         }
         Ok(())
+    }
+
+    /// The operation's deadline has passed.
+    pub fn past_deadline(&self) -> bool {
+        self.operation.deadline_ms.is_some_and(|d| crate::store::now_ms() >= d)
+    }
+
+    /// How long until the deadline (`None`: no deadline).
+    pub fn until_deadline(&self) -> Option<std::time::Duration> {
+        let d = self.operation.deadline_ms?;
+        Some(std::time::Duration::from_millis((d - crate::store::now_ms()).max(0) as u64))
     }
 
     pub fn batch_size(&self) -> i64 {

@@ -44,11 +44,13 @@ pub struct Prepared {
     pub effect: SubmitEffect,
     /// An idempotency key the body itself carries (an import's `idempotencyKey`).
     pub idempotency_key: Option<String>,
+    /// What rate limits key the operation by (an inference turn's model).
+    pub rate_key: Option<String>,
 }
 
 impl Prepared {
     pub fn plain<K: Kind>(args: K::Args) -> Self {
-        Self { request: K::wrap(args), effect: SubmitEffect::None, idempotency_key: None }
+        Self { request: K::wrap(args), effect: SubmitEffect::None, idempotency_key: None, rate_key: None }
     }
 }
 
@@ -80,6 +82,11 @@ pub trait Job: Kind {
         submission: Self::Submission,
     ) -> impl Future<Output = Result<Prepared, SubmitError>> + Send;
 
+    /// What a submission (or a retry) of these args stores beside the row.
+    fn effect(_args: &Self::Args) -> SubmitEffect {
+        SubmitEffect::None
+    }
+
     /// Run (or resume, from the checkpoint the context holds) one attempt.
     fn run(ctx: &JobCtx, args: Self::Args) -> impl Future<Output = Result<Finish<Self::Output>, JobError>> + Send;
 }
@@ -89,11 +96,18 @@ pub type PrepareFn = for<'a> fn(&'a SubmitCtx<'a>, serde_json::Value) -> BoxFutu
 /// Run a claimed operation; the result as stored JSON.
 pub type RunFn = for<'a> fn(&'a JobCtx) -> BoxFuture<'a, Result<Finish<String>, JobError>>;
 
+/// What a retry of a stored request re-takes (a delete's barrier); `None` if it no longer
+/// decodes as this kind.
+pub type EffectFn = fn(&OperationRequest) -> Option<SubmitEffect>;
+
 /// A kind's row of the dispatch table.
 pub struct KindEntry {
     pub kind: ContextOperationKind,
     pub prepare: PrepareFn,
     pub run: RunFn,
+    pub effect: EffectFn,
+    /// A retry resumes from the checkpoint (else starts over).
+    pub resumable: bool,
 }
 
 fn prepare_json<'a, J: Job>(
@@ -119,8 +133,18 @@ fn run_stored<'a, J: Job>(ctx: &'a JobCtx) -> BoxFuture<'a, Result<Finish<String
     .boxed()
 }
 
+fn effect_of<J: Job>(request: &OperationRequest) -> Option<SubmitEffect> {
+    J::unwrap(request.clone()).map(|args| J::effect(&args))
+}
+
 const fn entry<J: Job>() -> KindEntry {
-    KindEntry { kind: J::KIND, prepare: prepare_json::<J>, run: run_stored::<J> }
+    KindEntry {
+        kind: J::KIND,
+        prepare: prepare_json::<J>,
+        run: run_stored::<J>,
+        effect: effect_of::<J>,
+        resumable: J::RESUMABLE,
+    }
 }
 
 /// The dispatch table, one row per kind.

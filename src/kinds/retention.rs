@@ -44,7 +44,7 @@ impl Job for Retention {
                 total: total.max(processed + deleted),
                 checkpoint: Some(encode(&next)?),
             };
-            let cancel = ctx.checkpoint_in(&mut tx, &progress).await?;
+            let signals = ctx.checkpoint_in(&mut tx, &progress).await?;
             ctx.commit(tx).await?;
             processed += deleted;
             total = total.max(processed);
@@ -53,7 +53,7 @@ impl Job for Retention {
                 Some(upper) if deleted == batch => at.after_sequence = upper,
                 _ => break,
             }
-            ctx.boundary(cancel)?;
+            ctx.boundary(signals)?;
         }
         Ok(Finish::Done(RetentionResult { deleted_messages: processed.max(0) as u64, plan: at.plan }))
     }

@@ -48,6 +48,11 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct OperationMessage {
     #[serde(alias = "operation_id")]
     pub operation_id: String,
+    /// The dispatcher found the operation orphaned (its lease holder is gone): recover it
+    /// by id. Otherwise the message is a wake-up for its kind, and the worker starts the
+    /// next operation by fair share (which may be another one).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recover: bool,
 }
 
 /// What the workers call for each delivered message. It must never fail the apalis task:
@@ -55,6 +60,11 @@ pub struct OperationMessage {
 /// is caught and logged; it never kills the worker.
 pub trait OperationHandler: Send + Sync + 'static {
     fn handle(&self, kind: ContextOperationKind, operation_id: String) -> BoxFuture<'static, ()>;
+
+    /// The whole message (the runner needs its `recover` flag); by default the id alone.
+    fn handle_message(&self, kind: ContextOperationKind, message: OperationMessage) -> BoxFuture<'static, ()> {
+        self.handle(kind, message.operation_id)
+    }
 }
 
 /// Messages per state in one kind's queue.
@@ -130,9 +140,19 @@ impl Queue {
         format!("{}:{}", self.inner.namespace, kind.as_str())
     }
 
-    /// Push one message to the kind's queue.
+    /// Push one message to the kind's queue: "start the next operation of this kind".
     pub async fn push(&self, kind: ContextOperationKind, operation_id: &OperationId) -> anyhow::Result<()> {
-        let payload = serde_json::to_vec(&OperationMessage { operation_id: operation_id.to_string() })?;
+        self.push_message(kind, OperationMessage { operation_id: operation_id.to_string(), recover: false }).await
+    }
+
+    /// Push "recover orphaned operation X" to the kind's queue.
+    pub async fn push_recovery(&self, kind: ContextOperationKind, operation_id: &OperationId) -> anyhow::Result<()> {
+        self.push_message(kind, OperationMessage { operation_id: operation_id.to_string(), recover: true }).await
+    }
+
+    async fn push_message(&self, kind: ContextOperationKind, message: OperationMessage) -> anyhow::Result<()> {
+        let operation_id = message.operation_id.clone();
+        let payload = serde_json::to_vec(&message)?;
         let queue = self.queue_name(kind);
         let result = match &self.inner.backend {
             Backend::Redis(r) => r.push(&queue, payload).await,

@@ -65,11 +65,11 @@ impl Deliver {
         let handler = self.handler.clone();
         async move {
             let outcome = match envelope {
-                Envelope::Message(OperationMessage { operation_id }) => {
+                Envelope::Message(message) => {
                     // Spawned (the `handle` call included), so a panic stays inside its task;
                     // joined, so concurrency and graceful shutdown see it running until done.
-                    let id = operation_id.clone();
-                    match tokio::spawn(async move { handler.handle(kind, id).await }).await {
+                    let operation_id = message.operation_id.clone();
+                    match tokio::spawn(async move { handler.handle_message(kind, message).await }).await {
                         Ok(()) => "handled",
                         Err(e) if e.is_panic() => {
                             let panic = e.into_panic();

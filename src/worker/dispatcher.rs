@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::metrics as m;
 use crate::queue::Queue;
-use crate::store::operations::dispatch;
+use crate::store::operations::{dispatch, transitions};
 use crate::store::{Db, artifacts, now_ms};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState, RetentionPolicy};
 use context_jobs::operation::ErrorCode;
@@ -79,10 +79,18 @@ pub fn spawn(
 
 /// One dispatcher round; returns how many operations were pushed.
 pub async fn dispatch_once(db: &Db, queue: &Queue, repush_after_ms: i64) -> anyhow::Result<usize> {
+    // Queued work past its deadline never starts.
+    for (id, kind) in transitions::expire_overdue(db, 500).await? {
+        tracing::info!(operation = %id, kind = kind.as_str(), "deadline passed before it started; failed");
+        metrics::counter!(m::OPERATIONS_FINISHED, "kind" => kind.as_str(), "outcome" => ContextOperationState::Failed.as_str())
+            .increment(1);
+    }
     let due = dispatch::take_dispatchable(db, repush_after_ms, 500).await?;
     let mut pushed = 0;
     for op in &due {
-        match queue.push(op.kind, &op.id).await {
+        let push =
+            if op.orphaned { queue.push_recovery(op.kind, &op.id).await } else { queue.push(op.kind, &op.id).await };
+        match push {
             Ok(()) => {
                 pushed += 1;
                 let reason =

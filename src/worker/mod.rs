@@ -6,6 +6,7 @@
 //! `crate::kinds`.
 
 pub mod dispatcher;
+pub mod liveness;
 pub mod projector;
 pub mod runner;
 pub mod sweep;

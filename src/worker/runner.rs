@@ -14,10 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Finish, JobCtx, JobError};
 use crate::changes::Changes;
-use crate::config::Config;
+use crate::config::{Config, Scheduling};
 use crate::metrics as m;
-use crate::queue::OperationHandler;
-use crate::store::operations::{FenceError, Lease, transitions};
+use crate::queue::{OperationHandler, OperationMessage};
+use crate::store::operations::transitions::ClaimLimits;
+use crate::store::operations::{Claimed, FenceError, Lease, transitions};
 use crate::store::{Db, now_ms};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState};
 use context_jobs::ids::OperationId;
@@ -30,17 +31,24 @@ pub struct Runner {
     pub config: Arc<Config>,
     pub shutdown: CancellationToken,
     pub changes: Changes,
+    /// This worker process's name: the lease owner it announces (`worker_heartbeats`).
+    pub holder: Arc<str>,
+    pub scheduling: Arc<Scheduling>,
 }
 
 impl OperationHandler for Runner {
     fn handle(&self, kind: ContextOperationKind, operation_id: String) -> BoxFuture<'static, ()> {
+        self.handle_message(kind, OperationMessage { operation_id, recover: false })
+    }
+
+    fn handle_message(&self, kind: ContextOperationKind, message: OperationMessage) -> BoxFuture<'static, ()> {
         let runner = self.clone();
         async move {
-            let Ok(id) = OperationId::parse(&operation_id) else {
-                tracing::warn!(operation = %operation_id, "a queue message names no operation id; dropped");
+            let Ok(id) = OperationId::parse(&message.operation_id) else {
+                tracing::warn!(operation = %message.operation_id, "a queue message names no operation id; dropped");
                 return;
             };
-            if let Err(e) = runner.run(kind, &id).await {
+            if let Err(e) = runner.deliver(kind, &id, message.recover).await {
                 tracing::warn!(operation = %id, error = format!("{e:#}"), "could not run operation; the dispatcher will retry");
             }
         }
@@ -65,13 +73,43 @@ impl Runner {
         }
     }
 
-    async fn run(&self, kind: ContextOperationKind, id: &OperationId) -> anyhow::Result<()> {
+    fn limits(&self, kind: ContextOperationKind) -> ClaimLimits {
+        let s = &self.scheduling;
+        let max = |v: Option<u64>| v.map(|v| v.min(u64::from(u32::MAX)) as u32);
+        ClaimLimits {
+            max_running: max(s.max_running.get(kind)),
+            max_running_per_tenant: max(s.max_running_per_tenant.get(kind)),
+            weights: s.weights.clone(),
+        }
+    }
+
+    /// One delivery: recover the named orphan, or start the next operation of the kind by
+    /// fair share. With concurrency limits, each finished operation frees a slot that work
+    /// held back may be waiting for: the worker goes on to the next while there is one.
+    async fn deliver(&self, kind: ContextOperationKind, hint: &OperationId, recover: bool) -> anyhow::Result<()> {
         let lease_ms = self.config.lease().as_millis() as i64;
-        let Some(claimed) = transitions::claim(&self.db, id, lease_ms).await? else {
-            metrics::counter!(m::DUPLICATE_DELIVERIES, "kind" => kind.as_str()).increment(1);
-            return Ok(());
+        let limits = self.limits(kind);
+        let limited = limits.max_running.is_some() || limits.max_running_per_tenant.is_some();
+        let mut claimed = if recover {
+            transitions::recover(&self.db, hint, &self.holder, lease_ms).await?
+        } else {
+            transitions::claim_next(&self.db, kind, &self.holder, lease_ms, &limits).await?
         };
-        self.changes.committed(id);
+        if claimed.is_none() {
+            // Nothing to start: another worker took it, it finished, or work is held back.
+            metrics::counter!(m::DUPLICATE_DELIVERIES, "kind" => kind.as_str()).increment(1);
+        }
+        while let Some(next) = claimed.take() {
+            self.run(next).await?;
+            if limited && !self.shutdown.is_cancelled() {
+                claimed = transitions::claim_next(&self.db, kind, &self.holder, lease_ms, &limits).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn run(&self, claimed: Claimed) -> anyhow::Result<()> {
+        self.changes.committed(&claimed.operation.id);
         let op = claimed.operation;
         let lease = claimed.lease;
         let kind = op.kind;
@@ -131,6 +169,7 @@ impl Runner {
             Err(JobError::LostLease) => AttemptEnd::LostLease,
             Err(JobError::Cancelled) => AttemptEnd::Cancelled,
             Err(JobError::ShuttingDown) => AttemptEnd::ShuttingDown,
+            Err(JobError::Paused) => AttemptEnd::Paused,
             Err(JobError::Permanent { code, .. }) => AttemptEnd::Permanent { code: *code, message: &message },
             Err(JobError::Transient(_)) => AttemptEnd::Transient { message: &message },
         };
@@ -154,7 +193,10 @@ impl Runner {
                         let delay_ms = not_before_ms - now_ms();
                         tracing::warn!(operation = %op.id, attempt, delay_ms, error = %message, "transient failure; retrying");
                     }
-                    Transition::Release => {
+                    Transition::Release { phase: Some(_) } => {
+                        tracing::info!(operation = %op.id, "released: its kind is paused");
+                    }
+                    Transition::Release { phase: None } => {
                         tracing::info!(operation = %op.id, "released at shutdown; another worker resumes it from its checkpoint");
                     }
                     t => {

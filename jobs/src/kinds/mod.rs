@@ -33,6 +33,10 @@ pub trait Kind: 'static {
     /// The operation's `result` when it succeeds.
     type Output: Serialize + DeserializeOwned + Send;
 
+    /// Whether a retry of a failed or cancelled operation resumes from its checkpoint
+    /// (else it starts over).
+    const RESUMABLE: bool = true;
+
     fn wrap(args: Self::Args) -> OperationRequest;
     fn unwrap(request: OperationRequest) -> Option<Self::Args>;
 }
@@ -89,6 +93,18 @@ impl OperationRequest {
     /// different requests differ.
     pub fn fingerprint(&self) -> String {
         let canonical = serde_json::to_vec(self).unwrap_or_default();
+        format!("sha256:{}", hex(&Sha256::digest(&canonical)))
+    }
+
+    /// The digest an idempotency key is checked against: the request and its scheduling
+    /// options as given (no options: exactly [`Self::fingerprint`], as rows stored before
+    /// options existed hold).
+    pub fn fingerprint_with(&self, options: &crate::operation::SubmitOptions) -> String {
+        if *options == crate::operation::SubmitOptions::default() {
+            return self.fingerprint();
+        }
+        let canonical =
+            serde_json::to_vec(&serde_json::json!({"request": self, "options": options})).unwrap_or_default();
         format!("sha256:{}", hex(&Sha256::digest(&canonical)))
     }
 }

@@ -43,6 +43,9 @@ codes! {
     CorruptOperation = "corrupt_operation",
     /// An unexpected failure that retrying will not fix.
     Internal = "internal",
+    /// The operation's deadline (`deadlineMs`, `timeoutMs` or the kind's default) passed
+    /// before it finished; a queued one past its deadline never starts.
+    DeadlineExceeded = "deadline_exceeded",
     // ---- rebuild_vector ----
     /// The embeddings provider refused the input or replied with something undecodable.
     EmbeddingFailed = "embedding_failed",

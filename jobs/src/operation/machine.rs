@@ -28,12 +28,25 @@ pub mod phase {
     pub const CANCELLED: &str = "cancelled";
 }
 
+/// Phases of a queued operation that a claim replaces with `starting` (a recovered running
+/// operation keeps its phase).
+pub const WAITING_PHASES: &[&str] = &[
+    phase::QUEUED,
+    phase::RETRYING,
+    crate::operation::schedule::phase::SCHEDULED,
+    crate::operation::schedule::phase::PAUSED,
+    crate::operation::schedule::phase::WAITING_FOR_CONCURRENCY,
+    crate::operation::schedule::phase::WAITING_FOR_RATE_LIMIT,
+];
+
 /// The states a claim may start from with no lease to wait out: a claim of a `running`
 /// operation is a recovery and also needs its lease to have expired.
 pub const CLAIMABLE: &[State] = &[State::Queued, State::Running];
 /// The states that end an operation. `forget` and pruning apply only to these.
 pub const TERMINAL: &[State] = &[State::Succeeded, State::Failed, State::Cancelled];
 const QUEUED: &[State] = &[State::Queued];
+/// What an API retry starts from.
+pub const RETRYABLE: &[State] = &[State::Failed, State::Cancelled];
 const RUNNING: &[State] = &[State::Running];
 
 /// The `error` shown while a recovered operation runs again.
@@ -53,10 +66,10 @@ pub struct Progress {
 /// One change of an operation row, as data. The lifetimes borrow what the caller holds.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Transition<'a> {
-    /// `queued` (due, not cancelled) or `running` with an expired lease → `running` under
-    /// a fresh lease token; `attempt + 1`. Taking over an expired lease records
-    /// `lease_expired` until the operation ends.
-    Claim { token: &'a str, lease_until_ms: i64 },
+    /// `queued` (due, not cancelled) or `running` with an expired lease (or a lease owner
+    /// gone silent) → `running` under a fresh lease token held by `owner`; `attempt + 1`.
+    /// Taking over an expired lease records `lease_expired` until the operation ends.
+    Claim { token: &'a str, lease_until_ms: i64, owner: &'a str },
     /// Extend the lease; nothing else changes.
     Heartbeat { lease_until_ms: i64 },
     /// Record progress (and the checkpoint) and extend the lease.
@@ -72,12 +85,21 @@ pub enum Transition<'a> {
     Cancelled,
     /// → `queued`, not before `not_before_ms` (a transient failure, backed off).
     Retry { not_before_ms: i64, code: ErrorCode, message: &'a str },
-    /// → `queued` at once, this attempt not counted (graceful shutdown).
-    Release,
+    /// → `queued` at once, this attempt not counted (graceful shutdown; a pause, which
+    /// leaves the phase saying so).
+    Release { phase: Option<&'static str> },
     /// API: a queued operation → `cancelled` at once.
     CancelQueued,
     /// API: flag a running operation; it stops at its next batch boundary.
     RequestCancel,
+    /// Scheduler: a queued operation waits, and its phase says why (paused, a concurrency
+    /// limit, a rate limit).
+    Hold { phase: &'static str },
+    /// Dispatcher: a queued operation past its deadline never starts → `failed`.
+    Expire,
+    /// API retry: a `failed` or `cancelled` operation → `queued` with a fresh attempt budget
+    /// (its checkpoint kept where its kind can resume, else cleared).
+    Requeue { keep_checkpoint: bool },
 }
 
 impl Transition<'_> {
@@ -85,7 +107,8 @@ impl Transition<'_> {
     pub fn from(&self) -> &'static [State] {
         match self {
             Self::Claim { .. } => CLAIMABLE,
-            Self::CancelQueued => QUEUED,
+            Self::CancelQueued | Self::Hold { .. } | Self::Expire => QUEUED,
+            Self::Requeue { .. } => RETRYABLE,
             _ => RUNNING,
         }
     }
@@ -99,16 +122,24 @@ impl Transition<'_> {
             | Self::SetArtifact { .. }
             | Self::RequestCancel => State::Running,
             Self::Succeed { .. } => State::Succeeded,
-            Self::Fail { .. } => State::Failed,
+            Self::Fail { .. } | Self::Expire => State::Failed,
             Self::Cancelled | Self::CancelQueued => State::Cancelled,
-            Self::Retry { .. } | Self::Release => State::Queued,
+            Self::Retry { .. } | Self::Release { .. } | Self::Hold { .. } | Self::Requeue { .. } => State::Queued,
         }
     }
 
     /// Written by the lease holder, fenced by its token: a worker that lost its lease
     /// matches nothing and its transaction rolls back.
     pub fn fenced(&self) -> bool {
-        !matches!(self, Self::Claim { .. } | Self::CancelQueued | Self::RequestCancel)
+        !matches!(
+            self,
+            Self::Claim { .. }
+                | Self::CancelQueued
+                | Self::RequestCancel
+                | Self::Hold { .. }
+                | Self::Expire
+                | Self::Requeue { .. }
+        )
     }
 
     /// Whether the operation's `version` moves (every visible change; a heartbeat or an
@@ -124,9 +155,12 @@ impl Transition<'_> {
             Self::Claim { .. } => Some(phase::STARTING),
             Self::Checkpoint { progress, .. } => Some(progress.phase),
             Self::Succeed { .. } => Some(phase::DONE),
-            Self::Fail { .. } => Some(phase::FAILED),
+            Self::Fail { .. } | Self::Expire => Some(phase::FAILED),
             Self::Cancelled | Self::CancelQueued => Some(phase::CANCELLED),
             Self::Retry { .. } => Some(phase::RETRYING),
+            Self::Release { phase } => *phase,
+            Self::Hold { phase } => Some(phase),
+            Self::Requeue { .. } => Some(phase::QUEUED),
             _ => None,
         }
     }
@@ -138,6 +172,20 @@ impl Transition<'_> {
     /// The `outcome` label of `context_ops_operations_finished_total` (terminal only).
     pub fn outcome(&self) -> Option<&'static str> {
         self.is_terminal().then(|| self.to().as_str())
+    }
+
+    /// Whether it ends the current attempt (recorded in the attempt history).
+    pub fn ends_attempt(&self) -> bool {
+        self.fenced() && !matches!(self, Self::Heartbeat { .. } | Self::Checkpoint { .. } | Self::SetArtifact { .. })
+    }
+
+    /// The `errorCode` it records, if any.
+    pub fn error_code(&self) -> Option<ErrorCode> {
+        match self {
+            Self::Fail { code, .. } | Self::Retry { code, .. } => Some(*code),
+            Self::Expire => Some(ErrorCode::DeadlineExceeded),
+            _ => None,
+        }
     }
 }
 
@@ -156,6 +204,8 @@ pub enum AttemptEnd<'a> {
     Cancelled,
     /// The process is shutting down: the job stopped at a boundary.
     ShuttingDown,
+    /// The kind was paused (for everyone or for this tenant): the job stopped at a boundary.
+    Paused,
     /// Another worker owns the operation now: write nothing.
     LostLease,
     Permanent {
@@ -180,7 +230,8 @@ pub fn decide<'a>(
         AttemptEnd::Succeeded { committed: true, .. } | AttemptEnd::LostLease => None,
         AttemptEnd::Succeeded { result, committed: false, progress } => Some(Transition::Succeed { result, progress }),
         AttemptEnd::Cancelled => Some(Transition::Cancelled),
-        AttemptEnd::ShuttingDown => Some(Transition::Release),
+        AttemptEnd::ShuttingDown => Some(Transition::Release { phase: None }),
+        AttemptEnd::Paused => Some(Transition::Release { phase: Some(crate::operation::schedule::phase::PAUSED) }),
         AttemptEnd::Permanent { code, message } => Some(Transition::Fail { code, message }),
         AttemptEnd::Transient { message } if policy.may_retry(attempt) => Some(Transition::Retry {
             not_before_ms: now_ms.saturating_add(policy.backoff_ms(attempt, jitter) as i64),
@@ -213,7 +264,7 @@ mod tests {
     #[test]
     fn transitions_know_their_guards_and_targets() {
         let p = Progress { phase: "deleting", processed: 1, total: 2, checkpoint: None };
-        let claim = Transition::Claim { token: "t", lease_until_ms: 1 };
+        let claim = Transition::Claim { token: "t", lease_until_ms: 1, owner: "w" };
         assert_eq!((claim.from(), claim.to(), claim.fenced()), (CLAIMABLE, State::Running, false));
         let cp = Transition::Checkpoint { progress: &p, lease_until_ms: 1 };
         assert_eq!((cp.from(), cp.fenced(), cp.phase()), (RUNNING, true, Some("deleting")));
@@ -224,8 +275,14 @@ mod tests {
             assert!(t.is_terminal() && t.fenced());
         }
         assert_eq!(Transition::Fail { code: ErrorCode::Internal, message: "" }.outcome(), Some("failed"));
-        assert_eq!(Transition::Release.outcome(), None);
-        assert_eq!(Transition::Release.to(), State::Queued);
+        let release = Transition::Release { phase: None };
+        assert_eq!((release.outcome(), release.to(), release.ends_attempt()), (None, State::Queued, true));
+        assert_eq!(Transition::Requeue { keep_checkpoint: true }.from(), RETRYABLE);
+        assert!(!Transition::Requeue { keep_checkpoint: true }.fenced());
+        assert_eq!((Transition::Expire.from(), Transition::Expire.to()), (QUEUED, State::Failed));
+        assert_eq!(Transition::Expire.error_code(), Some(ErrorCode::DeadlineExceeded));
+        assert_eq!(Transition::Hold { phase: "paused" }.phase(), Some("paused"));
+        assert!(!Transition::Heartbeat { lease_until_ms: 1 }.ends_attempt());
         assert!(TERMINAL.iter().all(|s| s.is_terminal()) && !CLAIMABLE.iter().any(|s| s.is_terminal()));
     }
 
@@ -240,7 +297,8 @@ mod tests {
         let committed = AttemptEnd::Succeeded { result: "{}", committed: true, progress: None };
         assert_eq!(decide(&committed, 1, &p, 0.0, 0), None);
         assert_eq!(decide(&AttemptEnd::LostLease, 1, &p, 0.0, 0), None);
-        assert_eq!(decide(&AttemptEnd::ShuttingDown, 1, &p, 0.0, 0), Some(Transition::Release));
+        assert_eq!(decide(&AttemptEnd::ShuttingDown, 1, &p, 0.0, 0), Some(Transition::Release { phase: None }));
+        assert_eq!(decide(&AttemptEnd::Paused, 1, &p, 0.0, 0), Some(Transition::Release { phase: Some("paused") }));
         assert_eq!(decide(&AttemptEnd::Cancelled, 1, &p, 0.0, 0), Some(Transition::Cancelled));
         let transient = AttemptEnd::Transient { message: "db down" };
         assert_eq!(

@@ -4,12 +4,18 @@
 //! The shell runs this against the database; nothing here does I/O.
 
 pub mod error_code;
+pub mod limits;
 pub mod machine;
+pub mod options;
 pub mod polling;
+pub mod rate_limit;
 pub mod retry;
+pub mod schedule;
+pub mod view;
 
 pub use error_code::ErrorCode;
 pub use machine::{AttemptEnd, Progress, Transition, decide, phase};
+pub use options::{Schedule, SubmitOptions};
 pub use polling::{etag, next_poll_after_ms, retry_after_secs};
 pub use retry::RetryPolicy;
 

@@ -17,7 +17,7 @@ use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiJson, ApiResult};
 use context_jobs::contract::INFERENCE_PATH;
-use context_jobs::kinds::inference::{Inference, InferenceSubmission};
+use context_jobs::kinds::inference::Inference;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(INFERENCE_PATH, post(submit))
@@ -27,7 +27,7 @@ async fn submit(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    ApiJson(submission): ApiJson<InferenceSubmission>,
+    ApiJson(submission): ApiJson<serde_json::Value>,
 ) -> ApiResult<Response> {
     let op = submit_kind::<Inference>(&state, &caller, &headers, submission).await?;
     Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))

@@ -1,9 +1,11 @@
 //! HTTP handlers, one file per resource. Paths are the contract's constants.
 
 pub mod artifacts;
+pub mod controls;
 pub mod entries;
 pub mod health;
 pub mod inference;
+pub mod listing;
 pub mod messages;
 pub mod operations;
 pub mod recall;
@@ -19,6 +21,8 @@ pub fn routes() -> Router<AppState> {
         .merge(health::routes())
         .merge(messages::routes())
         .merge(operations::routes())
+        .merge(listing::routes())
+        .merge(controls::routes())
         .merge(inference::routes())
         .merge(entries::routes())
         .merge(recall::routes())

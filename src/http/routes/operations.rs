@@ -13,24 +13,23 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use serde_json::json;
 
 use super::submit::{idempotency_key, submit_ctx, submit_kind, submit_prepared, submitted_response};
 use crate::http::AppState;
 use crate::http::auth::Caller;
+use crate::http::body::OptionalJson;
 use crate::http::error::{ApiJson, ApiResult, AppError};
-use crate::http::extract::{ApiQuery, IdPath, decode_list_cursor};
-use crate::store::operations::{self as ops, ListFilter, OperationRow, dispatch, transitions};
+use crate::http::extract::{ApiQuery, IdPath};
+use crate::store::operations::{self as ops, OperationRow, SubmitEffect, dispatch, transitions};
 use crate::store::{maintenance, now_ms};
 use context_jobs::contract::{
     CONTEXT_ADVANCED_OPERATIONS_PATH, CONTEXT_OPERATIONS_PATH, CONVERSATION_DELETE_PATH, ContextMaintenanceStatus,
-    ContextOperationKind, ContextOperationState, DeleteConversationRequest, DeletionOperation,
-    GetContextOperationRequest, ListCursor, MAINTENANCE_STATUS_PATH, RETENTION_PATH, RetentionRequest, clamp_page_size,
+    ContextOperationKind, DeletionOperation, GetContextOperationRequest, MAINTENANCE_STATUS_PATH, RETENTION_PATH,
 };
 use context_jobs::ids::OperationId;
 use context_jobs::kinds::delete::Delete;
 use context_jobs::kinds::retention::Retention;
-use context_jobs::operation::{Transition, etag, retry_after_secs, validate_idempotency_key};
+use context_jobs::operation::{SubmitOptions, Transition, etag, retry_after_secs, validate_idempotency_key};
 
 const MAX_WAIT_MS: u64 = 30_000;
 
@@ -38,10 +37,11 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route(CONVERSATION_DELETE_PATH, post(delete_conversation))
         .route(RETENTION_PATH, post(retention))
-        .route(CONTEXT_OPERATIONS_PATH, post(get_by_body).get(list))
+        .route(CONTEXT_OPERATIONS_PATH, post(get_by_body).get(super::listing::list))
         .route(&format!("{CONTEXT_OPERATIONS_PATH}/{{id}}"), get(get_one).delete(forget))
         .route(&format!("{CONTEXT_OPERATIONS_PATH}/{{id}}/wait"), get(wait))
         .route(&format!("{CONTEXT_OPERATIONS_PATH}/{{id}}/cancel"), post(cancel))
+        .route(&format!("{CONTEXT_OPERATIONS_PATH}/{{id}}/retry"), post(retry))
         .route(CONTEXT_ADVANCED_OPERATIONS_PATH, post(advanced))
         .route(MAINTENANCE_STATUS_PATH, get(maintenance).post(maintenance))
 }
@@ -58,13 +58,13 @@ pub async fn load(state: &AppState, caller: &Caller, id: &OperationId) -> ApiRes
 
 /// The operation as JSON with its polling headers: ETag always, Retry-After while live.
 pub fn operation_response(status: StatusCode, op: &OperationRow) -> Response {
-    let view = op.to_contract(now_ms());
+    let view = op.to_view(now_ms(), true);
     let mut response = (status, ApiJson(&view)).into_response();
     let headers = response.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&etag(op.id.as_str(), view.version)) {
+    if let Ok(v) = HeaderValue::from_str(&etag(op.id.as_str(), view.operation.version)) {
         headers.insert(header::ETAG, v);
     }
-    if let Some(ms) = view.next_poll_after_ms {
+    if let Some(ms) = view.operation.next_poll_after_ms {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(ms)));
     }
     response
@@ -74,7 +74,7 @@ async fn delete_conversation(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    ApiJson(request): ApiJson<DeleteConversationRequest>,
+    ApiJson(request): ApiJson<serde_json::Value>,
 ) -> ApiResult<Response> {
     let op = submit_kind::<Delete>(&state, &caller, &headers, request).await?;
     let view = op.to_contract(now_ms());
@@ -93,7 +93,7 @@ async fn retention(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    ApiJson(request): ApiJson<RetentionRequest>,
+    ApiJson(request): ApiJson<serde_json::Value>,
 ) -> ApiResult<Response> {
     let op = submit_kind::<Retention>(&state, &caller, &headers, request).await?;
     Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
@@ -106,6 +106,14 @@ struct AdvancedRequest {
     request: serde_json::Value,
     #[serde(default)]
     idempotency_key: Option<String>,
+    #[serde(default)]
+    priority: Option<i64>,
+    #[serde(default)]
+    deadline_ms: Option<i64>,
+    #[serde(default)]
+    timeout_ms: Option<i64>,
+    #[serde(default)]
+    not_before_ms: Option<i64>,
 }
 
 /// Generic submission: `{kind, request, idempotencyKey?}` where `request` is the body the
@@ -123,7 +131,13 @@ async fn advanced(
         None => idempotency_key(&headers)?,
     };
     let prepared = (crate::kinds::entry_of(kind).prepare)(&submit_ctx(&state, &caller), body.request).await?;
-    let op = submit_prepared(&state, &caller, prepared, key).await?;
+    let options = SubmitOptions {
+        priority: body.priority,
+        deadline_ms: body.deadline_ms,
+        timeout_ms: body.timeout_ms,
+        not_before_ms: body.not_before_ms,
+    };
+    let op = submit_prepared(&state, &caller, prepared, key, &options).await?;
     Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
 }
 
@@ -246,6 +260,37 @@ async fn cancel(State(state): State<AppState>, caller: Caller, IdPath(id): IdPat
     Ok(operation_response(StatusCode::OK, &op))
 }
 
+/// Retry a `failed` or `cancelled` operation: back to `queued` with a fresh attempt budget,
+/// resuming from its checkpoint where its kind can (else from the start). The body may give
+/// new scheduling options (`priority`, `deadlineMs`, `timeoutMs`, `notBeforeMs`).
+async fn retry(
+    State(state): State<AppState>,
+    caller: Caller,
+    IdPath(id): IdPath<OperationId>,
+    OptionalJson(options): OptionalJson<SubmitOptions>,
+) -> ApiResult<Response> {
+    let op = load(&state, &caller, &id).await?;
+    let entry = crate::kinds::entry_of(op.kind);
+    let default_timeout = state.scheduling.default_timeout_ms.get(op.kind).map(|t| t as i64);
+    let schedule = options.resolve(now_ms(), default_timeout).map_err(AppError::BadRequest)?;
+    let effect = (entry.effect)(&op.request()?).unwrap_or(SubmitEffect::None);
+    if !transitions::requeue(&state.db, &caller.tenant, &id, entry.resumable, &schedule, &effect, true).await? {
+        return Err(AppError::Conflict(format!(
+            "operation {id} is {}; only a failed or cancelled operation can be retried",
+            op.state.as_str()
+        )));
+    }
+    state.changes.committed(&id);
+    let op = load(&state, &caller, &id).await?;
+    if op.not_before_ms <= now_ms()
+        && let Err(e) = state.queue.push(op.kind, &op.id).await
+    {
+        tracing::warn!(operation = %op.id, error = format!("{e:#}"), "queue push failed; the dispatcher will push it");
+        dispatch::clear_pushed(&state.db, &op.id).await?;
+    }
+    Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
+}
+
 async fn forget(
     State(state): State<AppState>,
     caller: Caller,
@@ -253,48 +298,6 @@ async fn forget(
 ) -> ApiResult<StatusCode> {
     dispatch::forget(&state.db, &caller.tenant, &id).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ListQuery {
-    kind: Option<String>,
-    state: Option<String>,
-    cursor: Option<String>,
-    limit: Option<usize>,
-}
-
-async fn list(State(state): State<AppState>, caller: Caller, ApiQuery(q): ApiQuery<ListQuery>) -> ApiResult<Response> {
-    let kind = q
-        .kind
-        .as_deref()
-        .map(|k| {
-            ContextOperationKind::parse(k)
-                .ok_or_else(|| AppError::BadRequest(format!("unknown kind {:?}", truncate(k))))
-        })
-        .transpose()?;
-    let op_state = q
-        .state
-        .as_deref()
-        .map(|s| {
-            ContextOperationState::parse(s)
-                .ok_or_else(|| AppError::BadRequest(format!("unknown state {:?}", truncate(s))))
-        })
-        .transpose()?;
-    let cursor = q.cursor.as_deref().map(|c| decode_list_cursor::<OperationId>(c, "operations")).transpose()?;
-    let limit = clamp_page_size(q.limit);
-    let filter = ListFilter { kind, state: op_state, before: cursor.as_ref().map(|(t, id)| (*t, id)), limit };
-    let mut rows = ops::list(&state.db, &caller.tenant, &filter).await?;
-    let more = rows.len() > limit;
-    rows.truncate(limit);
-    let next = more.then(|| rows.last().map(|r| ListCursor::encode(r.created_at_ms, r.id.as_str()))).flatten();
-    let now = now_ms();
-    let items: Vec<_> = rows.iter().map(|r| r.to_contract(now)).collect();
-    let mut body = json!({"items": items});
-    if let Some(next) = next {
-        body["nextCursor"] = json!(next);
-    }
-    Ok(ApiJson(body).into_response())
 }
 
 /// Retention-sweep and projector figures are global (counts only, no tenant data); the

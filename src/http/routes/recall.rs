@@ -13,10 +13,7 @@ use super::submit::{submit_kind, submitted_response};
 use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiJson, ApiResult};
-use context_jobs::contract::{
-    CONTEXT_RECALL_PATH, RebuildVectorProjectionRequest, RecallContextRequest, RecallContextResponse,
-    VECTOR_REBUILD_PATH,
-};
+use context_jobs::contract::{CONTEXT_RECALL_PATH, RecallContextRequest, RecallContextResponse, VECTOR_REBUILD_PATH};
 use context_jobs::kinds::rebuild_vector::RebuildVector;
 
 pub fn routes() -> Router<AppState> {
@@ -35,7 +32,7 @@ async fn rebuild(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    ApiJson(request): ApiJson<RebuildVectorProjectionRequest>,
+    ApiJson(request): ApiJson<serde_json::Value>,
 ) -> ApiResult<Response> {
     let op = submit_kind::<RebuildVector>(&state, &caller, &headers, request).await?;
     Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))

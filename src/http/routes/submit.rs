@@ -11,9 +11,10 @@ use crate::http::auth::Caller;
 use crate::http::error::{ApiResult, AppError};
 use crate::kinds::{Job, Prepared, SubmitCtx};
 use crate::metrics as m;
-use crate::store::operations::{self as ops, OperationRow, dispatch};
+use crate::store::now_ms;
+use crate::store::operations::{self as ops, NewOperation, OperationRow, dispatch};
 use context_jobs::contract::CONTEXT_OPERATIONS_PATH;
-use context_jobs::operation::validate_idempotency_key;
+use context_jobs::operation::{SubmitOptions, validate_idempotency_key};
 
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
@@ -33,15 +34,16 @@ pub fn submit_ctx<'a>(state: &'a AppState, caller: &'a Caller) -> SubmitCtx<'a> 
     SubmitCtx { db: &state.db, tenant: &caller.tenant, config: &state.config }
 }
 
-/// Submit one kind's own endpoint body.
+/// Submit one kind's own endpoint body (with the scheduling options beside its fields).
 pub async fn submit_kind<J: Job>(
     state: &AppState,
     caller: &Caller,
     headers: &HeaderMap,
-    submission: J::Submission,
+    body: serde_json::Value,
 ) -> ApiResult<OperationRow> {
+    let (submission, options) = crate::http::body::submission::<J::Submission>(body)?;
     let prepared = J::prepare(&submit_ctx(state, caller), submission).await?;
-    submit_prepared(state, caller, prepared, idempotency_key(headers)?).await
+    submit_prepared(state, caller, prepared, idempotency_key(headers)?, &options).await
 }
 
 /// Store a prepared submission and push it. An idempotency key the body carries wins over
@@ -51,6 +53,7 @@ pub async fn submit_prepared(
     caller: &Caller,
     prepared: Prepared,
     header_key: Option<String>,
+    options: &SubmitOptions,
 ) -> ApiResult<OperationRow> {
     let key = match (prepared.idempotency_key, header_key) {
         (Some(body), Some(header)) if body != header => {
@@ -61,13 +64,29 @@ pub async fn submit_prepared(
         (body, header) => body.or(header),
     };
     let kind = prepared.request.kind();
-    let submitted = ops::submit(&state.db, &caller.tenant, &prepared.request, key.as_deref(), &prepared.effect).await?;
-    let op = submitted.operation;
+    let now = now_ms();
+    let default_timeout = state.scheduling.default_timeout_ms.get(kind).map(|t| t as i64);
+    let schedule = options.resolve(now, default_timeout).map_err(AppError::BadRequest)?;
+    let new = NewOperation {
+        request: &prepared.request,
+        options,
+        schedule,
+        idempotency_key: key.as_deref(),
+        effect: &prepared.effect,
+        rate_key: prepared.rate_key.as_deref(),
+    };
+    let submitted = ops::submit(&state.db, &caller.tenant, &new).await?;
     if !submitted.created {
         metrics::counter!(m::IDEMPOTENT_REPLAYS, "kind" => kind.as_str()).increment(1);
-        return Ok(op);
+        return Ok(submitted.operation);
     }
     metrics::counter!(m::OPERATIONS_SUBMITTED, "kind" => kind.as_str()).increment(1);
+    let push = submitted.push_now(now);
+    let op = submitted.operation;
+    if !push {
+        // Scheduled for later: the dispatcher pushes it when it is due.
+        return Ok(op);
+    }
     if let Err(e) = state.queue.push(kind, &op.id).await {
         tracing::warn!(operation = %op.id, error = format!("{e:#}"), "queue push failed; the dispatcher will push it");
         if let Err(e) = dispatch::clear_pushed(&state.db, &op.id).await {

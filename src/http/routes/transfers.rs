@@ -14,7 +14,7 @@ use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::body::AppendJson;
 use crate::http::error::{ApiJson, ApiResult};
-use context_jobs::contract::{CONTEXT_EXPORT_PATH, CONTEXT_IMPORT_PATH, ExportContextRequest, ImportContextRequest};
+use context_jobs::contract::{CONTEXT_EXPORT_PATH, CONTEXT_IMPORT_PATH};
 use context_jobs::kinds::export::Export;
 use context_jobs::kinds::import::Import;
 
@@ -26,7 +26,7 @@ async fn export(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    ApiJson(request): ApiJson<ExportContextRequest>,
+    ApiJson(request): ApiJson<serde_json::Value>,
 ) -> ApiResult<Response> {
     let op = submit_kind::<Export>(&state, &caller, &headers, request).await?;
     Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
@@ -37,7 +37,7 @@ async fn import(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    AppendJson(request): AppendJson<ImportContextRequest>,
+    AppendJson(request): AppendJson<serde_json::Value>,
 ) -> ApiResult<Response> {
     let op = submit_kind::<Import>(&state, &caller, &headers, request).await?;
     Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))

@@ -10,6 +10,7 @@ use tokio::sync::Semaphore;
 use crate::changes::Changes;
 use crate::kinds::job::{JobCtx, JobError, encode};
 use crate::store::artifacts::exports;
+use crate::store::operations::transitions::Signals;
 use crate::store::operations::{Lease, transitions};
 use crate::store::{Db, Engine};
 use context_jobs::artifact::{Encoder, Finished};
@@ -29,11 +30,11 @@ const COMMITS_IN_FLIGHT: usize = 2;
 pub(super) struct Commits {
     latest: Option<Commit>,
     slots: Arc<Semaphore>,
-    /// Set by a commit that failed or saw a cancel request: the job stops.
+    /// Set by a commit that failed or saw a cancel request or a pause: the job stops.
     stop: Arc<AtomicBool>,
 }
 
-struct Commit(tokio::task::JoinHandle<Result<bool, JobError>>);
+struct Commit(tokio::task::JoinHandle<Result<Signals, JobError>>);
 
 impl Commits {
     pub(super) fn new() -> Self {
@@ -52,11 +53,11 @@ impl Commits {
         Ok(())
     }
 
-    /// Wait for every commit; `Ok(cancel requested)`.
-    pub(super) async fn settle(&mut self) -> Result<bool, JobError> {
+    /// Wait for every commit; what the last one learnt.
+    pub(super) async fn settle(&mut self) -> Result<Signals, JobError> {
         match self.latest.take() {
             Some(latest) => latest.join().await,
-            None => Ok(false),
+            None => Ok(Signals::default()),
         }
     }
 
@@ -91,7 +92,7 @@ impl Commits {
                 changes.committed(&lease.operation_id);
                 progressed.store(processed, Ordering::Relaxed);
             }
-            if !matches!(outcome, Ok(false)) {
+            if !matches!(outcome, Ok(s) if !s.stops()) {
                 stop.store(true, Ordering::Relaxed);
             }
             if outcome.is_ok() {
@@ -107,7 +108,7 @@ impl Commits {
 
 impl Commit {
     /// Wait for the commit (and so for every one before it); `Ok(cancel requested)`.
-    async fn join(mut self) -> Result<bool, JobError> {
+    async fn join(mut self) -> Result<Signals, JobError> {
         (&mut self.0).await.map_err(|e| JobError::transient(format!("an export commit task failed: {e}")))?
     }
 }
@@ -131,7 +132,7 @@ struct Batch<'a> {
 /// One fenced transaction: the chunks, then — once `previous` has committed — the seal
 /// when finished and the checkpoint. `Ok(true)`: cancel was requested (if `previous` saw
 /// it, this batch is rolled back).
-async fn commit(db: &Db, lease: &Lease, batch: Batch<'_>, previous: Option<Commit>) -> Result<bool, JobError> {
+async fn commit(db: &Db, lease: &Lease, batch: Batch<'_>, previous: Option<Commit>) -> Result<Signals, JobError> {
     let Batch { artifact_id, chunks, finished, progress } = batch;
     let gone = || {
         JobError::permanent(
@@ -144,8 +145,9 @@ async fn commit(db: &Db, lease: &Lease, batch: Batch<'_>, previous: Option<Commi
     // fail it). There, the previous commit finishes first; PostgreSQL overlaps the inserts.
     let previous = match previous {
         Some(previous) if db.engine() == Engine::Sqlite => {
-            if previous.join().await? {
-                return Ok(true);
+            let signals = previous.join().await?;
+            if signals.stops() {
+                return Ok(signals);
             }
             None
         }
@@ -156,10 +158,11 @@ async fn commit(db: &Db, lease: &Lease, batch: Batch<'_>, previous: Option<Commi
     exports::insert_chunks(&mut tx, artifact_id, chunks)
         .await
         .map_err(|e| if exports::is_missing_parent(&e) { gone() } else { e.into() })?;
-    if let Some(previous) = previous
-        && previous.join().await?
-    {
-        return Ok(true);
+    if let Some(previous) = previous {
+        let signals = previous.join().await?;
+        if signals.stops() {
+            return Ok(signals);
+        }
     }
     if !exports::touch(&mut tx, artifact_id).await? {
         return Err(gone());
@@ -170,8 +173,8 @@ async fn commit(db: &Db, lease: &Lease, batch: Batch<'_>, previous: Option<Commi
         return Err(gone());
     }
     let t = Transition::Checkpoint { progress, lease_until_ms: lease.renewed_until() };
-    let cancel = transitions::apply(&mut tx, lease, &t).await?;
+    let signals = transitions::apply(&mut tx, lease, &t).await?;
     tx.commit().await?;
-    // A finished export ignores a late cancel: its artifact is complete.
-    Ok(cancel && finished.is_none())
+    // A finished export ignores a late cancel or pause: its artifact is complete.
+    Ok(if finished.is_some() { Signals::default() } else { signals })
 }

@@ -91,9 +91,9 @@ async fn start(ctx: &JobCtx) -> Result<(ExportCheckpoint, i64), JobError> {
     let named = Transition::SetArtifact { artifact_id: artifact_id.as_str() };
     transitions::apply(&mut tx, &ctx.lease, &named).await?;
     exports::insert_chunks(&mut tx, &artifact_id, &chunks).await?;
-    let cancel = ctx.checkpoint_in(&mut tx, &progress).await?;
+    let signals = ctx.checkpoint_in(&mut tx, &progress).await?;
     ctx.commit(tx).await?;
-    ctx.boundary(cancel)?;
+    ctx.boundary(signals)?;
     Ok((checkpoint, total))
 }
 

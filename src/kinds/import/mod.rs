@@ -21,7 +21,7 @@ use super::{Job, Prepared, SubmitCtx, SubmitError};
 use crate::kinds::job::{Finish, JobCtx, JobError, encode};
 use crate::store::artifacts::{self, ArtifactRow};
 use crate::store::operations::Lease;
-use crate::store::operations::transitions;
+use crate::store::operations::transitions::{self, Signals};
 use crate::store::{Db, StoreError, entries, messages};
 use context_jobs::artifact::{DecodeError, Decoder};
 use context_jobs::contract::{ContextInsight, ConversationRecord, ImportContextRequest};
@@ -138,9 +138,9 @@ async fn import(
     while let Some(batch) = batches.recv().await {
         let batch = batch?;
         if let Some(previous) = inflight.take() {
-            let cancel;
-            (checkpoint, cancel) = previous.join().await?;
-            ctx.boundary(cancel)?;
+            let signals;
+            (checkpoint, signals) = previous.join().await?;
+            ctx.boundary(signals)?;
         }
         let mut next = checkpoint.clone();
         if let Some((offset, line)) = batch.end {
@@ -170,7 +170,7 @@ async fn write_batch(
     entries: &[ContextInsight],
     checkpoint: &mut ImportCheckpoint,
     total: u64,
-) -> Result<bool, JobError> {
+) -> Result<Signals, JobError> {
     let mut next = checkpoint.clone();
     let mut tx = db.begin_write().await?;
     tx.relax_commit().await?;
@@ -183,12 +183,12 @@ async fn write_batch(
     let phase = if next.done { PHASE_DONE } else { PHASE_IMPORTING };
     let progress = progress(phase, &next, total)?;
     let t = Transition::Checkpoint { progress: &progress, lease_until_ms: lease.renewed_until() };
-    let cancel = transitions::apply(&mut tx, lease, &t).await?;
+    let signals = transitions::apply(&mut tx, lease, &t).await?;
     tx.commit().await?;
     metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "import")
         .increment((messages.len() + entries.len()) as u64);
     *checkpoint = next;
-    Ok(cancel)
+    Ok(signals)
 }
 
 fn progress(phase: &'static str, checkpoint: &ImportCheckpoint, total: u64) -> Result<Progress, JobError> {

@@ -11,6 +11,7 @@ use super::{malformed, write_batch};
 use crate::kinds::job::{JobCtx, JobError};
 use crate::store::Db;
 use crate::store::artifacts::{ArtifactRow, ChunkReader};
+use crate::store::operations::transitions::Signals;
 use context_jobs::artifact::{Decoded, Decoder, Record};
 use context_jobs::contract::{ContextInsight, ConversationRecord};
 use context_jobs::kinds::import::ImportCheckpoint;
@@ -95,7 +96,7 @@ pub(super) fn spawn_fetcher(db: &Db, artifact: &ArtifactRow, offset: u64) -> mps
 }
 
 /// A batch's write on its own task; joined before the next one starts.
-pub(super) struct Write(tokio::task::JoinHandle<Result<(ImportCheckpoint, bool), JobError>>);
+pub(super) struct Write(tokio::task::JoinHandle<Result<(ImportCheckpoint, Signals), JobError>>);
 
 impl Write {
     pub(super) fn spawn(
@@ -110,17 +111,17 @@ impl Write {
         Write(tokio::spawn(async move {
             let mut checkpoint = checkpoint;
             let started = std::time::Instant::now();
-            let cancel = write_batch(&db, &lease, &tenant, &messages, &entries, &mut checkpoint, total).await?;
+            let signals = write_batch(&db, &lease, &tenant, &messages, &entries, &mut checkpoint, total).await?;
             changes.committed(&lease.operation_id);
             progressed.store((checkpoint.messages_read + checkpoint.entries_read) as i64, Ordering::Relaxed);
             let write_ms = started.elapsed().as_millis() as u64;
             tracing::debug!(operation = %lease.operation_id, line = checkpoint.line, write_ms, "import batch committed");
-            Ok((checkpoint, cancel))
+            Ok((checkpoint, signals))
         }))
     }
 
     /// Wait for the write: the checkpoint it committed and whether cancel was requested.
-    pub(super) async fn join(mut self) -> Result<(ImportCheckpoint, bool), JobError> {
+    pub(super) async fn join(mut self) -> Result<(ImportCheckpoint, Signals), JobError> {
         (&mut self.0).await.map_err(|e| JobError::transient(format!("an import write task failed: {e}")))?
     }
 }

@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::kinds::job::{JobCtx, JobError, encode};
 use crate::metrics::{INFERENCE_PROVIDER_RETRIES, INFERENCE_TOKENS};
 use crate::provider::responses_client::{ProviderReply, ResponsesClient, TransportError};
+use crate::store::operations::transitions::Signals;
 use crate::store::operations::{FenceError, transitions};
 use context_jobs::kinds::inference::{InferenceCheckpoint, InferenceResult, PHASE_CALLING_PROVIDER, decode_turn};
 use context_jobs::operation::{ErrorCode, Progress, Transition};
@@ -41,8 +42,8 @@ pub(super) async fn call(
     let mut attempt = 0u32;
     loop {
         checkpoint.provider_attempts += 1;
-        let cancel = save(ctx, checkpoint, PHASE_CALLING_PROVIDER, 0).await?;
-        ctx.boundary(cancel)?;
+        let signals = save(ctx, checkpoint, PHASE_CALLING_PROVIDER, 0).await?;
+        ctx.boundary(signals)?;
         let reply = guarded(ctx, client.create(body)).await?;
         let next = judge(client, reply, checkpoint.provider_attempts, attempt, max_attempts);
         match next {
@@ -127,13 +128,22 @@ async fn guarded<F: Future>(ctx: &JobCtx, fut: F) -> Result<F::Output, JobError>
     tokio::pin!(fut);
     let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + CANCEL_POLL, CANCEL_POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The deadline aborts the call (a pause lets it finish: the call is the turn's batch).
+    let deadline = async {
+        match ctx.until_deadline() {
+            Some(left) => tokio::time::sleep(left).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
     loop {
         tokio::select! {
             out = &mut fut => return Ok(out),
             () = ctx.shutdown.cancelled() => return Err(JobError::ShuttingDown),
+            () = &mut deadline => return Err(JobError::deadline_exceeded()),
             _ = poll.tick() => match heartbeat(ctx).await {
-                Ok(true) => return Err(JobError::Cancelled),
-                Ok(false) => {}
+                Ok(signals) if signals.cancel_requested => return Err(JobError::Cancelled),
+                Ok(_) => {}
                 Err(FenceError::LostLease) => return Err(JobError::LostLease),
                 // A database hiccup: the call goes on; the next poll tries again.
                 Err(e) => tracing::warn!(operation = %ctx.operation.id, error = %e, "cancel poll failed"),
@@ -142,23 +152,23 @@ async fn guarded<F: Future>(ctx: &JobCtx, fut: F) -> Result<F::Output, JobError>
     }
 }
 
-/// Renew the lease; whether a cancel was requested.
-async fn heartbeat(ctx: &JobCtx) -> Result<bool, FenceError> {
+/// Renew the lease; what it learns.
+async fn heartbeat(ctx: &JobCtx) -> Result<Signals, FenceError> {
     let t = Transition::Heartbeat { lease_until_ms: ctx.lease.renewed_until() };
     transitions::apply(&ctx.db, &ctx.lease, &t).await
 }
 
 /// Fenced checkpoint of `checkpoint` under `phase` (one statement: a commit in one round
-/// trip); returns whether cancel was requested.
+/// trip); returns what it learns (a cancel request, a pause).
 pub(super) async fn save(
     ctx: &JobCtx,
     checkpoint: &InferenceCheckpoint,
     phase: &'static str,
     processed: i64,
-) -> Result<bool, JobError> {
+) -> Result<Signals, JobError> {
     let progress = Progress { phase, processed, total: 1, checkpoint: Some(encode(checkpoint)?) };
     let t = Transition::Checkpoint { progress: &progress, lease_until_ms: ctx.lease.renewed_until() };
-    let cancel = transitions::apply(&ctx.db, &ctx.lease, &t).await?;
+    let signals = transitions::apply(&ctx.db, &ctx.lease, &t).await?;
     ctx.changes.committed(&ctx.operation.id);
-    Ok(cancel)
+    Ok(signals)
 }

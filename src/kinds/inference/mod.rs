@@ -47,7 +47,8 @@ impl Job for Inference {
                 return Err(SubmitError::NotFound(format!("conversation {conversation:?} has no messages to load")));
             }
         }
-        Ok(Prepared::plain::<Inference>(job))
+        let rate_key = Some(job.request.model.clone());
+        Ok(Prepared { rate_key, ..Prepared::plain::<Inference>(job) })
     }
 
     async fn run(ctx: &JobCtx, job: InferenceJob) -> Result<Finish<InferenceResult>, JobError> {

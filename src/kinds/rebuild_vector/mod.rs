@@ -69,7 +69,7 @@ impl Job for RebuildVector {
                 total: new_total,
                 checkpoint: Some(encode(&next)?),
             };
-            let cancel = ctx.checkpoint_in(&mut tx, &progress).await?;
+            let signals = ctx.checkpoint_in(&mut tx, &progress).await?;
             ctx.commit(tx).await?;
             (processed, total, at) = (done, new_total, next);
             // Entries that already have vectors (a forced rebuild over a full projection):
@@ -80,7 +80,7 @@ impl Job for RebuildVector {
             if page.last {
                 break;
             }
-            ctx.boundary(cancel)?;
+            ctx.boundary(signals)?;
         }
         Ok(Finish::Done(RebuildResult {
             processed: processed.max(0) as u64,

@@ -11,7 +11,7 @@ pub mod pg_copy;
 mod query;
 pub mod sqlite_rows;
 
-pub use query::{Arg, Exec, Query, Row, query};
+pub use query::{Arg, Exec, Params, Query, Row, query};
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -223,6 +223,7 @@ const POSTGRES_MIGRATIONS: MigrationSet = &[
     (5, "deleting_index", include_str!("../../../migrations/postgres/0005_deleting_index.sql")),
     (6, "operation_notify", include_str!("../../../migrations/postgres/0006_operation_notify.sql")),
     (7, "projection_watermark", include_str!("../../../migrations/postgres/0007_projection_watermark.sql")),
+    (8, "queue_control", include_str!("../../../migrations/postgres/0008_queue_control.sql")),
 ];
 
 const SQLITE_MIGRATIONS: MigrationSet = &[
@@ -233,6 +234,7 @@ const SQLITE_MIGRATIONS: MigrationSet = &[
     (5, "deleting_index", include_str!("../../../migrations/sqlite/0005_deleting_index.sql")),
     (6, "operation_notify", include_str!("../../../migrations/sqlite/0006_operation_notify.sql")),
     (7, "projection_watermark", include_str!("../../../migrations/sqlite/0007_projection_watermark.sql")),
+    (8, "queue_control", include_str!("../../../migrations/sqlite/0008_queue_control.sql")),
 ];
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{Encode, Postgres, SqlSafeStr, SqlStr, Sqlite, Type};
 
 use super::{Db, Tx};
+use context_jobs::contract::ContextOperationState;
+use sqlx::AssertSqlSafe;
 
 /// A row type either engine can decode.
 pub trait Row: for<'r> sqlx::FromRow<'r, PgRow> + for<'r> sqlx::FromRow<'r, SqliteRow> + Send + Unpin {}
@@ -208,5 +210,36 @@ impl<'q> Query<'q> {
         (T,): Row,
     {
         Ok(self.fetch_optional::<(T,)>(ex).await?.map(|r| r.0))
+    }
+}
+
+/// The arguments of a statement being built, each added where its placeholder goes
+/// (`$1`, `$2`, … in order), and state lists rendered from the core's states.
+#[derive(Default)]
+pub struct Params<'q> {
+    args: Vec<Arg<'q>>,
+}
+
+impl<'q> Params<'q> {
+    /// Add an argument; its placeholder.
+    pub fn p(&mut self, value: impl Into<Arg<'q>>) -> String {
+        self.args.push(value.into());
+        format!("${}", self.args.len())
+    }
+
+    /// `state IN (…)` over `states`.
+    pub fn state_in(&mut self, states: &[ContextOperationState]) -> String {
+        let list: Vec<String> = states.iter().map(|s| self.p(s.as_str())).collect();
+        format!("state IN ({})", list.join(", "))
+    }
+
+    /// `column IN (…)` over `values`.
+    pub fn any_of(&mut self, column: &str, values: &[&'q str]) -> String {
+        let list: Vec<String> = values.iter().map(|v| self.p(*v)).collect();
+        format!("{column} IN ({})", list.join(", "))
+    }
+
+    pub fn into_query(self, sql: String) -> Query<'q> {
+        self.args.into_iter().fold(query(AssertSqlSafe(sql)), |q, a| q.bind(a))
     }
 }

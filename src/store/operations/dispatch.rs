@@ -28,9 +28,12 @@ fn terminal_in(start: usize) -> (String, impl Iterator<Item = &'static str>) {
 pub async fn take_dispatchable(db: &Db, repush_after_ms: i64, limit: usize) -> StoreResult<Vec<Dispatchable>> {
     let now = now_ms();
     let stale = now - repush_after_ms;
+    // A running operation is an orphan when its lease expired or its owner went silent.
     let candidates: Vec<(String, String, String, Option<i64>)> = query(
         "SELECT id, kind, state, pushed_at_ms FROM operations WHERE \
-         ((state = $4 AND not_before_ms <= $1) OR (state = $5 AND lease_expires_at_ms < $1)) \
+         ((state = $4 AND not_before_ms <= $1 AND phase <> $7) \
+          OR (state = $5 AND (lease_expires_at_ms < $1 OR lease_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_heartbeats w \
+              WHERE w.holder = operations.lease_owner AND w.seen_at_ms >= $6)))) \
          AND (pushed_at_ms IS NULL OR pushed_at_ms < $2) ORDER BY created_at_ms LIMIT $3",
     )
     .bind(now)
@@ -38,6 +41,8 @@ pub async fn take_dispatchable(db: &Db, repush_after_ms: i64, limit: usize) -> S
     .bind(limit as i64)
     .bind(State::Queued.as_str())
     .bind(State::Running.as_str())
+    .bind(now - super::transitions::OWNER_SILENCE_MS)
+    .bind(context_jobs::operation::schedule::phase::PAUSED)
     .fetch_all(db)
     .await?;
     let mut out = Vec::new();

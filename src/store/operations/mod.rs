@@ -2,6 +2,7 @@
 //! idempotency ([`submit`]), reads and listing ([`reads`]), the one writer of state changes
 //! ([`transitions`]), and the dispatcher's and pruner's queries ([`dispatch`]).
 
+pub mod controls;
 pub mod dispatch;
 pub mod reads;
 pub mod submit;
@@ -12,16 +13,18 @@ use sqlx::{Decode, Type};
 use super::{StoreError, StoreResult};
 use context_jobs::contract::{ContextOperation, ContextOperationKind, ContextOperationState};
 use context_jobs::ids::{OperationId, TenantKey};
+use context_jobs::operation::view::OperationView;
 use context_jobs::operation::{ErrorCode, OperationRequest, next_poll_after_ms};
 
 pub use reads::{ListFilter, get, list, version};
-pub use submit::{SubmitEffect, Submitted, submit};
+pub use submit::{NewOperation, SubmitEffect, Submitted, submit};
 pub use transitions::{Claimed, FenceError, Lease};
 
 pub(crate) const COLUMNS: &str = "id, tenant, kind, state, phase, processed, total, request, request_fingerprint, \
     idempotency_key, checkpoint, result, error, error_code, artifact_ref, attempt, lease_token, \
     lease_expires_at_ms, cancel_requested, not_before_ms, pushed_at_ms, created_at_ms, updated_at_ms, \
-    started_at_ms, finished_at_ms, version";
+    started_at_ms, finished_at_ms, version, priority, deadline_ms, lease_owner, attempt_started_at_ms, attempts, \
+    rate_key";
 
 /// One operation row as stored.
 #[derive(Debug, Clone)]
@@ -52,7 +55,17 @@ pub struct OperationRow {
     pub started_at_ms: Option<i64>,
     pub finished_at_ms: Option<i64>,
     pub version: i64,
+    pub priority: i64,
+    pub deadline_ms: Option<i64>,
+    /// The worker process holding the lease.
+    pub lease_owner: Option<String>,
+    pub attempt_started_at_ms: Option<i64>,
+    /// JSON array of finished attempts (see [`AttemptRecord`]).
+    pub attempts: Option<String>,
+    pub rate_key: Option<String>,
 }
+
+pub use context_jobs::operation::view::AttemptRecord;
 
 fn unknown(what: &str, value: &str) -> sqlx::Error {
     sqlx::Error::Decode(format!("unknown operation {what} {value:?}").into())
@@ -96,11 +109,36 @@ where
             started_at_ms: row.try_get("started_at_ms")?,
             finished_at_ms: row.try_get("finished_at_ms")?,
             version: row.try_get("version")?,
+            priority: row.try_get("priority")?,
+            deadline_ms: row.try_get("deadline_ms")?,
+            lease_owner: row.try_get("lease_owner")?,
+            attempt_started_at_ms: row.try_get("attempt_started_at_ms")?,
+            attempts: row.try_get("attempts")?,
+            rate_key: row.try_get("rate_key")?,
         })
     }
 }
 
 impl OperationRow {
+    /// The operation as this service shows it: the contract's fields and the scheduling
+    /// and attempt details (`show_tenant` for admins).
+    pub fn to_view(&self, now: i64, show_tenant: bool) -> OperationView {
+        OperationView {
+            operation: self.to_contract(now),
+            priority: self.priority,
+            deadline_ms: self.deadline_ms,
+            not_before_ms: (self.not_before_ms > now && self.state == ContextOperationState::Queued)
+                .then_some(self.not_before_ms),
+            attempt: self.attempt,
+            started_at_ms: self.started_at_ms,
+            finished_at_ms: self.finished_at_ms,
+            lease_owner: self.lease_owner.clone(),
+            cancel_requested: self.cancel_requested && !self.state.is_terminal(),
+            attempts: self.attempt_history(),
+            tenant: show_tenant.then(|| self.tenant.to_string()),
+        }
+    }
+
     /// The contract's `ContextOperation` view (the one owner of that wire shape).
     pub fn to_contract(&self, now: i64) -> ContextOperation {
         let parse = |s: &Option<String>| s.as_deref().and_then(|s| serde_json::from_str(s).ok());
@@ -126,6 +164,11 @@ impl OperationRow {
     pub fn request(&self) -> StoreResult<OperationRequest> {
         serde_json::from_str(&self.request)
             .map_err(|e| StoreError::Invalid(format!("stored request does not decode: {e}")))
+    }
+
+    /// The finished attempts, oldest first (empty when none or unreadable).
+    pub fn attempt_history(&self) -> Vec<AttemptRecord> {
+        self.attempts.as_deref().and_then(|a| serde_json::from_str(a).ok()).unwrap_or_default()
     }
 
     /// Whether a worker's lease of this row was taken over (the claim recorded it).

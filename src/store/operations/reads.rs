@@ -1,9 +1,11 @@
-//! Reads of operation rows, every one scoped by tenant: one operation, its version (the
-//! long-poll's cheap check), and the cursor-paged listing.
+//! Reads of operation rows: one operation and its version (the long-poll's cheap check),
+//! scoped by tenant, and the cursor-paged listing (one tenant's, or every tenant's for an
+//! admin).
 
 use sqlx::AssertSqlSafe;
 
 use super::{COLUMNS, OperationRow};
+use crate::store::engine::Params;
 use crate::store::{Db, StoreResult, query};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState};
 use context_jobs::ids::{OperationId, TenantKey};
@@ -22,40 +24,54 @@ pub async fn version(db: &Db, tenant: &TenantKey, id: &OperationId) -> StoreResu
         .await?)
 }
 
+#[derive(Default)]
 pub struct ListFilter<'a> {
+    /// `None`: every tenant (admins only; the caller decides).
+    pub tenant: Option<&'a TenantKey>,
     pub kind: Option<ContextOperationKind>,
     pub state: Option<ContextOperationState>,
+    /// Created at or after / strictly before (epoch ms).
+    pub created_after_ms: Option<i64>,
+    pub created_before_ms: Option<i64>,
+    /// Ids starting with this (upper-case ULID characters).
+    pub id_prefix: Option<&'a str>,
     /// Rows strictly older than this `(created_at_ms, id)` position.
     pub before: Option<(i64, &'a OperationId)>,
     pub limit: usize,
 }
 
-/// A tenant's operations, newest first. Returns one more row than `limit` when more exist.
-pub async fn list(db: &Db, tenant: &TenantKey, filter: &ListFilter<'_>) -> StoreResult<Vec<OperationRow>> {
-    let mut sql = format!("SELECT {COLUMNS} FROM operations WHERE tenant = $1");
-    let mut n = 1;
-    if filter.kind.is_some() {
-        n += 1;
-        sql.push_str(&format!(" AND kind = ${n}"));
+/// Operations matching `filter`, newest first. Returns one more row than `limit` when
+/// more exist.
+pub async fn list(db: &Db, filter: &ListFilter<'_>) -> StoreResult<Vec<OperationRow>> {
+    let mut p = Params::default();
+    let mut clauses = vec!["1 = 1".to_string()];
+    if let Some(t) = filter.tenant {
+        clauses.push(format!("tenant = {}", p.p(t.as_str())));
     }
-    if filter.state.is_some() {
-        n += 1;
-        sql.push_str(&format!(" AND state = ${n}"));
-    }
-    if filter.before.is_some() {
-        let (at, id) = (n + 1, n + 2);
-        sql.push_str(&format!(" AND (created_at_ms < ${at} OR (created_at_ms = ${at} AND id < ${id}))"));
-    }
-    sql.push_str(&format!(" ORDER BY created_at_ms DESC, id DESC LIMIT {}", filter.limit + 1));
-    let mut q = query(AssertSqlSafe(sql)).bind(tenant.as_str());
     if let Some(kind) = filter.kind {
-        q = q.bind(kind.as_str());
+        clauses.push(format!("kind = {}", p.p(kind.as_str())));
     }
     if let Some(state) = filter.state {
-        q = q.bind(state.as_str());
+        clauses.push(format!("state = {}", p.p(state.as_str())));
+    }
+    if let Some(after) = filter.created_after_ms {
+        clauses.push(format!("created_at_ms >= {}", p.p(after)));
+    }
+    if let Some(before) = filter.created_before_ms {
+        clauses.push(format!("created_at_ms < {}", p.p(before)));
+    }
+    if let Some(prefix) = filter.id_prefix {
+        // ULID characters never need LIKE escapes (the caller checks).
+        clauses.push(format!("id LIKE {}", p.p(format!("{prefix}%"))));
     }
     if let Some((created, id)) = filter.before {
-        q = q.bind(created).bind(id.as_str());
+        let (at, id) = (p.p(created), p.p(id.as_str()));
+        clauses.push(format!("(created_at_ms < {at} OR (created_at_ms = {at} AND id < {id}))"));
     }
-    Ok(q.fetch_all(db).await?)
+    let sql = format!(
+        "SELECT {COLUMNS} FROM operations WHERE {} ORDER BY created_at_ms DESC, id DESC LIMIT {}",
+        clauses.join(" AND "),
+        filter.limit + 1
+    );
+    Ok(p.into_query(sql).fetch_all(db).await?)
 }

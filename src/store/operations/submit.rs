@@ -8,7 +8,8 @@ use super::{COLUMNS, OperationRow};
 use crate::store::{Db, StoreError, StoreResult, messages, now_ms, query};
 use context_jobs::contract::ContextOperationState;
 use context_jobs::ids::{ConversationId, OperationId, TenantKey};
-use context_jobs::operation::{OperationRequest, phase};
+use context_jobs::operation::schedule::phase::SCHEDULED;
+use context_jobs::operation::{OperationRequest, Schedule, SubmitOptions, phase};
 
 /// What a submission stores besides the row, in the same transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,30 +21,43 @@ pub enum SubmitEffect {
     },
 }
 
+/// Everything a submission stores.
+pub struct NewOperation<'a> {
+    pub request: &'a OperationRequest,
+    pub options: &'a SubmitOptions,
+    pub schedule: Schedule,
+    pub idempotency_key: Option<&'a str>,
+    pub effect: &'a SubmitEffect,
+    /// What a rate limit keys the operation by (an inference turn's model).
+    pub rate_key: Option<&'a str>,
+}
+
 pub struct Submitted {
     pub operation: OperationRow,
     /// False when an idempotency key returned an existing operation.
     pub created: bool,
 }
 
-/// Insert a queued operation, or return the one an idempotency key already
-/// names (the same key with a different request is a conflict). The row is inserted
+impl Submitted {
+    /// Whether the submitter should push it now: a new operation that is due. One that
+    /// starts later (`notBeforeMs`) is pushed by the dispatcher when it is due.
+    pub fn push_now(&self, now_ms: i64) -> bool {
+        self.created && self.operation.not_before_ms <= now_ms
+    }
+}
+
+/// Insert a queued operation, or return the one an idempotency key already names (the
+/// same key with a different request or options is a conflict). A due row is inserted
 /// marked as pushed: the caller pushes it right after the commit, and clears the mark if
 /// that fails (saving a write per operation in the common case).
-pub async fn submit(
-    db: &Db,
-    tenant: &TenantKey,
-    request: &OperationRequest,
-    idempotency_key: Option<&str>,
-    effect: &SubmitEffect,
-) -> StoreResult<Submitted> {
-    let fingerprint = request.fingerprint();
-    let request_json = serde_json::to_string(request).map_err(|e| StoreError::Other(e.into()))?;
-    let kind = request.kind();
+pub async fn submit(db: &Db, tenant: &TenantKey, new: &NewOperation<'_>) -> StoreResult<Submitted> {
+    let fingerprint = new.request.fingerprint_with(new.options);
+    let request_json = serde_json::to_string(new.request).map_err(|e| StoreError::Other(e.into()))?;
+    let kind = new.request.kind();
     let id = new_operation_id();
     let now = now_ms();
     let mut tx = db.begin_write().await?;
-    if let Some(key) = idempotency_key {
+    if let Some(key) = new.idempotency_key {
         let sql = format!("SELECT {COLUMNS} FROM operations WHERE tenant = $1 AND idempotency_key = $2");
         let existing: Option<OperationRow> =
             query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(key).fetch_optional(&mut tx).await?;
@@ -57,24 +71,30 @@ pub async fn submit(
             return Ok(Submitted { operation: existing, created: false });
         }
     }
-    if let SubmitEffect::MarkDeleting { conversation_id } = effect {
+    if let SubmitEffect::MarkDeleting { conversation_id } = new.effect {
         messages::conversations::mark_deleting(&mut tx, tenant, conversation_id, &id).await?;
     }
+    let due = new.schedule.not_before_ms <= now;
     let sql = format!(
         "INSERT INTO operations (id, tenant, kind, state, phase, request, request_fingerprint, idempotency_key, \
-         created_at_ms, updated_at_ms, pushed_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $9) \
-         RETURNING {COLUMNS}"
+         created_at_ms, updated_at_ms, pushed_at_ms, priority, deadline_ms, not_before_ms, rate_key) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13, $14) RETURNING {COLUMNS}"
     );
     let operation: OperationRow = query(AssertSqlSafe(sql))
         .bind(id.as_str())
         .bind(tenant.as_str())
         .bind(kind.as_str())
         .bind(ContextOperationState::Queued.as_str())
-        .bind(phase::QUEUED)
+        .bind(if due { phase::QUEUED } else { SCHEDULED })
         .bind(request_json)
         .bind(fingerprint)
-        .bind(idempotency_key)
+        .bind(new.idempotency_key)
         .bind(now)
+        .bind(due.then_some(now))
+        .bind(new.schedule.priority)
+        .bind(new.schedule.deadline_ms)
+        .bind(new.schedule.not_before_ms)
+        .bind(new.rate_key)
         .fetch_one(&mut tx)
         .await?;
     tx.commit().await?;

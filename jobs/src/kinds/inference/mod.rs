@@ -43,6 +43,8 @@ impl Kind for Inference {
     type Args = InferenceJob;
     type Checkpoint = InferenceCheckpoint;
     type Output = InferenceResult;
+    /// A turn is one provider call: a retry calls again from the start.
+    const RESUMABLE: bool = false;
     request_variant!(Inference);
 }
 

@@ -1,0 +1,227 @@
+//! Claiming: the next operation of a kind by the core's fair share (`claim_next`: the scheduler's view of every tenant with queued work, then the
+//! `Claim` compare-and-set on the chosen head), and `Hold`, which writes why due work
+//! waits; and recovering an orphan by id (`recover`): a claim takes over a `running`
+//! operation only when its lease expired or its lease owner stopped announcing itself
+//! (`worker_heartbeats`).
+
+use super::{Claimed, Lease, append_attempt};
+use crate::store::engine::Params;
+use crate::store::operations::{COLUMNS, OperationRow};
+use crate::store::{Db, Engine, StoreResult, now_ms, query};
+use context_jobs::contract::{ContextOperationKind, ContextOperationState as State};
+use context_jobs::ids::OperationId;
+use context_jobs::operation::ErrorCode;
+use context_jobs::operation::machine::{LEASE_EXPIRED_MESSAGE, WAITING_PHASES};
+use context_jobs::operation::schedule::{Hold, KindLimits, Pick, TenantQueue, pick};
+use context_jobs::operation::{Transition, phase};
+
+/// A worker process silent this long is taken for dead: its leases are recovered.
+pub const OWNER_SILENCE_MS: i64 = 3_000;
+
+/// Which rows a claim by id may take.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Takes {
+    /// The scheduler's choice: a queued operation that is due.
+    Queued,
+    /// An orphan: a running operation whose lease expired or whose owner went silent.
+    Orphan,
+}
+
+/// The claim of operation `id` (already chosen), as one statement.
+fn claim_statement<'q>(
+    engine: Engine,
+    id: &'q str,
+    t: &Transition<'q>,
+    now: i64,
+    takes: Takes,
+) -> crate::store::engine::Query<'q> {
+    let Transition::Claim { token, lease_until_ms, owner } = *t else { unreachable!("not a claim: {t:?}") };
+    let mut p = Params::default();
+    let (id_p, token_p, lease_p, owner_p, now_p) = (p.p(id), p.p(token), p.p(lease_until_ms), p.p(owner), p.p(now));
+    let (running, queued) = (p.p(State::Running.as_str()), p.p(State::Queued.as_str()));
+    debug_assert_eq!(t.phase(), Some(phase::STARTING));
+    let starting = p.p(phase::STARTING);
+    let waiting = p.any_of("phase", WAITING_PHASES);
+    let (expired, expired_message) = (p.p(ErrorCode::LeaseExpired.as_str()), p.p(LEASE_EXPIRED_MESSAGE));
+    let guard = match takes {
+        Takes::Queued => format!(
+            "state = {queued} AND not_before_ms <= {now_p} AND cancel_requested = 0 \
+             AND (deadline_ms IS NULL OR deadline_ms > {now_p})"
+        ),
+        Takes::Orphan => format!(
+            "state = {running} AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms < {now_p} \
+             OR lease_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_heartbeats w WHERE w.holder = operations.lease_owner \
+                            AND w.seen_at_ms >= {}))",
+            p.p(now - OWNER_SILENCE_MS)
+        ),
+    };
+    // A takeover records the dead attempt in the history.
+    let history = append_attempt(engine, &mut p, now, "lease_expired", Some(ErrorCode::LeaseExpired.as_str()), None);
+    // SET expressions see the old row: a takeover of a running operation is recorded as
+    // `lease_expired` while it runs again; a stale one from an earlier takeover is cleared
+    // by an ordinary claim.
+    let sql = format!(
+        "UPDATE operations SET state = {running}, \
+         phase = CASE WHEN {waiting} THEN {starting} ELSE phase END, \
+         attempts = CASE WHEN state = {running} THEN {history} ELSE attempts END, \
+         error_code = CASE WHEN state = {running} THEN {expired} WHEN error_code = {expired} THEN NULL ELSE error_code END, \
+         error = CASE WHEN state = {running} THEN {expired_message} WHEN error_code = {expired} THEN NULL ELSE error END, \
+         lease_token = {token_p}, lease_expires_at_ms = {lease_p}, lease_owner = {owner_p}, attempt = attempt + 1, \
+         attempt_started_at_ms = {now_p}, version = version + 1, pushed_at_ms = NULL, \
+         started_at_ms = COALESCE(started_at_ms, {now_p}), updated_at_ms = {now_p} \
+         WHERE id = {id_p} AND {guard} RETURNING {COLUMNS}"
+    );
+    p.into_query(sql)
+}
+
+async fn claim_id(db: &Db, id: &str, owner: &str, lease_ms: i64, takes: Takes) -> StoreResult<Option<Claimed>> {
+    let now = now_ms();
+    let token = ulid::Ulid::generate().to_string();
+    let t = Transition::Claim { token: &token, lease_until_ms: now + lease_ms, owner };
+    let statement = claim_statement(db.engine(), id, &t, now, takes);
+    let Some(operation) = statement.fetch_optional::<OperationRow>(db).await? else {
+        return Ok(None);
+    };
+    let lease = Lease {
+        operation_id: operation.id.clone(),
+        tenant: operation.tenant.clone(),
+        token,
+        lease_ms,
+        holds_barrier: operation.kind == ContextOperationKind::Delete,
+    };
+    let recovered = operation.recovered();
+    Ok(Some(Claimed { operation, lease, recovered }))
+}
+
+/// Recover operation `id` for worker `owner`: `running` with an expired lease or a silent
+/// owner becomes `running` under a fresh lease. `None` when its holder is alive or it is no
+/// longer running.
+pub async fn recover(db: &Db, id: &OperationId, owner: &str, lease_ms: i64) -> StoreResult<Option<Claimed>> {
+    claim_id(db, id.as_str(), owner, lease_ms, Takes::Orphan).await
+}
+
+/// Concurrency limits of one kind and tenant weights, from the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimLimits {
+    pub max_running: Option<u32>,
+    pub max_running_per_tenant: Option<u32>,
+    /// Weights of tenants other than 1.
+    pub weights: Vec<(String, u32)>,
+}
+
+/// The scheduler's view of one tenant: `(tenant, head id, running, last claim, paused,
+/// the kind's running, the kind paused for everyone)`.
+type QueueRow = (String, Option<String>, i64, Option<i64>, i64, i64, i64);
+
+/// Every tenant with queued work of `kind`, found with one index seek per tenant (a loose
+/// index scan: the next tenant after the last), each with its due head (priority, then
+/// age), running count, last claim and pause.
+fn queues_sql() -> &'static str {
+    "WITH RECURSIVE t(tenant) AS ( \
+       SELECT MIN(tenant) FROM operations WHERE kind = $1 AND state = $2 \
+       UNION ALL \
+       SELECT (SELECT MIN(o.tenant) FROM operations o WHERE o.kind = $1 AND o.state = $2 AND o.tenant > t.tenant) \
+       FROM t WHERE t.tenant IS NOT NULL) \
+     SELECT t.tenant, \
+       (SELECT o.id FROM operations o WHERE o.kind = $1 AND o.state = $2 AND o.tenant = t.tenant \
+          AND o.not_before_ms <= $4 AND o.cancel_requested = 0 AND (o.deadline_ms IS NULL OR o.deadline_ms > $4) \
+          ORDER BY o.priority DESC, o.created_at_ms, o.id LIMIT 1), \
+       (SELECT COUNT(*) FROM operations r WHERE r.kind = $1 AND r.state = $3 AND r.tenant = t.tenant), \
+       (SELECT s.last_claim_ms FROM queue_shares s WHERE s.kind = $1 AND s.tenant = t.tenant), \
+       (SELECT COUNT(*) FROM queue_controls c WHERE c.kind = $1 AND c.tenant = t.tenant AND c.paused = 1), \
+       (SELECT COUNT(*) FROM operations r WHERE r.kind = $1 AND r.state = $3), \
+       (SELECT COUNT(*) FROM queue_controls c WHERE c.kind = $1 AND c.tenant = '' AND c.paused = 1) \
+     FROM t WHERE t.tenant IS NOT NULL LIMIT 1000"
+}
+
+/// Claim the next operation of `kind` by fair share for worker `owner` (the core's
+/// `schedule::pick`). Work held back by a pause or a concurrency limit gets the reason as
+/// its phase and stays queued. `None` when nothing may start now.
+pub async fn claim_next(
+    db: &Db,
+    kind: ContextOperationKind,
+    owner: &str,
+    lease_ms: i64,
+    limits: &ClaimLimits,
+) -> StoreResult<Option<Claimed>> {
+    // A lost race (another worker claimed the chosen head first) picks again.
+    for _ in 0..8 {
+        let now = now_ms();
+        let rows: Vec<QueueRow> = query(queues_sql())
+            .bind(kind.as_str())
+            .bind(State::Queued.as_str())
+            .bind(State::Running.as_str())
+            .bind(now)
+            .fetch_all(db)
+            .await?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let (running, paused) = (rows[0].5, rows[0].6 > 0);
+        let weight = |t: &str| limits.weights.iter().find(|(w, _)| w == t).map_or(1, |(_, n)| *n);
+        let queues: Vec<TenantQueue<'_>> = rows
+            .iter()
+            .map(|(tenant, head, running, last, paused, _, _)| TenantQueue {
+                tenant,
+                head: head.as_deref(),
+                running: (*running).max(0) as u32,
+                weight: weight(tenant),
+                last_claim_ms: last.unwrap_or(0),
+                paused: *paused > 0,
+            })
+            .collect();
+        let kind_limits = KindLimits {
+            paused,
+            running: running.max(0) as u32,
+            max_running: limits.max_running,
+            max_running_per_tenant: limits.max_running_per_tenant,
+        };
+        match pick(&queues, &kind_limits) {
+            Pick::Idle => return Ok(None),
+            Pick::Held { hold, head, .. } => {
+                hold_one(db, head, hold).await?;
+                return Ok(None);
+            }
+            Pick::Run { tenant, id } => {
+                if let Some(claimed) = claim_id(db, id, owner, lease_ms, Takes::Queued).await? {
+                    // The fair share's tie-break matters only between tenants.
+                    if queues.len() > 1 {
+                        served(db, kind, tenant, now).await?;
+                    }
+                    return Ok(Some(claimed));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Record that `tenant` was served now (the fair share's tie-break).
+async fn served(db: &Db, kind: ContextOperationKind, tenant: &str, now: i64) -> StoreResult<()> {
+    query(
+        "INSERT INTO queue_shares (kind, tenant, last_claim_ms, claims) VALUES ($1, $2, $3, 1) \
+         ON CONFLICT (kind, tenant) DO UPDATE SET last_claim_ms = excluded.last_claim_ms, \
+         claims = queue_shares.claims + 1",
+    )
+    .bind(kind.as_str())
+    .bind(tenant)
+    .bind(now)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Write why a queued operation waits (its phase), once: nothing changes when it already
+/// says so.
+async fn hold_one(db: &Db, id: &str, hold: Hold) -> StoreResult<()> {
+    let t = Transition::Hold { phase: hold.phase() };
+    let mut p = Params::default();
+    let (id_p, phase_p, now_p) = (p.p(id), p.p(hold.phase()), p.p(now_ms()));
+    let sql = format!(
+        "UPDATE operations SET phase = {phase_p}, updated_at_ms = {now_p}, version = version + 1 \
+         WHERE id = {id_p} AND {} AND phase <> {phase_p}",
+        p.state_in(t.from())
+    );
+    p.into_query(sql).execute(db).await?;
+    Ok(())
+}
