@@ -20,6 +20,7 @@ pub mod kinds;
 pub mod metrics;
 pub mod provider;
 pub mod queue;
+pub mod ratelimit;
 pub mod recall;
 pub mod server;
 pub mod store;

@@ -90,9 +90,12 @@ pub const INFERENCE_PROVIDER_RETRIES: &str = "context_ops_inference_provider_ret
 pub const QUEUE_PUSHES: &str = "context_ops_queue_pushes_total";
 pub const QUEUE_DELIVERIES: &str = "context_ops_queue_deliveries_total";
 pub const QUEUE_WORKER_RESTARTS: &str = "context_ops_queue_worker_restarts_total";
-/// 1 while a kind is paused for everyone (set by the process that paused or resumed it,
-/// and by every worker process's gauge refresh).
+/// 1 while a kind is paused for everyone (from the database, refreshed with the other
+/// gauges by every process that runs a dispatcher; also set at once by the process that
+/// paused or resumed it).
 pub const QUEUE_PAUSED: &str = "context_ops_queue_paused";
+/// Tenants a kind is paused for (pauses of one tenant).
+pub const QUEUE_PAUSED_TENANTS: &str = "context_ops_queue_paused_tenants";
 /// Queue-control changes by kind and action (`pause`, `resume`).
 pub const QUEUE_CONTROLS: &str = "context_ops_queue_controls_total";
 
@@ -104,3 +107,6 @@ pub fn set_paused(kind: context_jobs::contract::ContextOperationKind, everyone: 
         metrics::gauge!(QUEUE_PAUSED, "kind" => kind.as_str()).set(if paused { 1.0 } else { 0.0 });
     }
 }
+/// Inference turns a rate limit held back, by `outcome`: `waited` (in place) or
+/// `deferred` (back to the queue).
+pub const RATE_LIMIT_WAITS: &str = "context_ops_rate_limit_waits_total";

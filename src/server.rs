@@ -139,6 +139,11 @@ pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
             changes: state.changes.clone(),
             holder: holder.as_str().into(),
             scheduling: state.scheduling.clone(),
+            limiter: crate::ratelimit::RateLimiter::new(
+                &state.db,
+                state.queue.redis().map(|conn| (conn, state.queue.namespace().to_string())),
+                state.scheduling.rate_limits.clone(),
+            ),
         };
         let workers = state.queue.spawn_workers(Arc::new(runner), shutdown.clone());
         let stopped = CancellationToken::new();

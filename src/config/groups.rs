@@ -66,7 +66,7 @@ pub struct QueueConfig {
     pub queue_namespace: String,
 
     /// How often the dispatcher looks for queued-but-unpushed and lease-expired operations.
-    #[arg(long, env = "CONTEXT_OPS_DISPATCH_INTERVAL_MS", default_value_t = 2000)]
+    #[arg(long, env = "CONTEXT_OPS_DISPATCH_INTERVAL_MS", default_value_t = 1000)]
     pub dispatch_interval_ms: u64,
 
     /// A queued operation pushed this long ago and still not started is pushed again (the

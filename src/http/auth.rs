@@ -36,6 +36,28 @@ impl Caller {
     pub fn require_admin(&self) -> Result<(), AppError> {
         if self.admin { Ok(()) } else { Err(AppError::Forbidden("this needs an admin credential".into())) }
     }
+
+    /// Whose operations a request names (`tenant=`): the caller's own by default; another
+    /// tenant (`tenantId/projectId`) or every tenant (`*`, answered `None`) needs an admin.
+    pub fn scope(&self, tenant: Option<&str>) -> Result<Option<TenantKey>, AppError> {
+        match tenant {
+            None => Ok(Some(self.tenant.clone())),
+            Some(t) if t == self.tenant.as_str() => Ok(Some(self.tenant.clone())),
+            Some(t) => {
+                self.require_admin()?;
+                if t == "*" { Ok(None) } else { parse_tenant(t).map(Some) }
+            }
+        }
+    }
+}
+
+/// A tenant named on the wire: `tenantId/projectId`, each a valid resource id.
+pub fn parse_tenant(t: &str) -> Result<TenantKey, AppError> {
+    let (tenant_id, project_id) =
+        t.split_once('/').ok_or_else(|| AppError::BadRequest("tenant must be tenantId/projectId".into()))?;
+    validate_resource_id("tenant", tenant_id).map_err(AppError::BadRequest)?;
+    validate_resource_id("project", project_id).map_err(AppError::BadRequest)?;
+    Ok(TenantKey::new(tenant_id, project_id))
 }
 
 #[derive(Deserialize)]

@@ -1,15 +1,50 @@
-//! A JSON body extractor with the append size limit that still reads the rest of an
-//! oversized body (up to a bound) before answering 413. Answering while the client is
-//! still sending makes the server close the connection, and most clients then report a
-//! broken connection instead of the 413 — so we drain first ("lingering close").
+//! Request bodies: every JSON body is an object ([`ObjectOnly`]: serde would otherwise
+//! read a struct from an array of its fields in order, so `[1]` passed for `{"priority":1}`);
+//! [`ApiJson`] with `ApiError` rejections; [`AppendJson`] with the append size limit, which
+//! still reads the rest of an oversized body (up to a bound) before answering 413 —
+//! answering while the client is still sending makes the server close the connection, and
+//! most clients then report a broken connection instead of the 413 ("lingering close");
+//! [`OptionalJson`]; and [`submission`], which splits a submission's scheduling options
+//! from the kind's own body.
+
+use std::marker::PhantomData;
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Request};
 use futures::StreamExt as _;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, MapAccess, Visitor, value::MapAccessDeserializer};
+use serde::{Deserialize, Deserializer};
 
-use super::error::AppError;
+use super::error::{ApiJson, AppError};
 use context_jobs::contract::MAX_APPEND_BYTES;
+
+/// `T` read from a JSON object only.
+struct ObjectOnly<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Object<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Object<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer.deserialize_map(Object(PhantomData)).map(ObjectOnly)
+    }
+}
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::Json(ObjectOnly(value)) = axum::Json::<ObjectOnly<T>>::from_request(req, state).await?;
+        Ok(ApiJson(value))
+    }
+}
 
 /// Oversized bodies beyond this many bytes are not drained; the connection is dropped.
 const DRAIN_LIMIT: usize = 4 * MAX_APPEND_BYTES;
@@ -48,7 +83,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AppendJson<T> {
         if seen > MAX_APPEND_BYTES {
             return Err(too_large());
         }
-        let value = serde_json::from_slice(&buf).map_err(|e| match e.classify() {
+        let ObjectOnly(value) = serde_json::from_slice(&buf).map_err(|e| match e.classify() {
             serde_json::error::Category::Data => AppError::BadRequest(format!("invalid request body: {e}")),
             _ => AppError::BadRequest(format!("malformed JSON: {e}")),
         })?;
@@ -93,7 +128,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJ
             return Ok(OptionalJson(T::default()));
         }
         serde_json::from_slice(&bytes)
-            .map(OptionalJson)
+            .map(|ObjectOnly(value)| OptionalJson(value))
             .map_err(|e| AppError::BadRequest(format!("invalid request body: {e}")))
     }
 }

@@ -1,7 +1,6 @@
 //! The one error type at the HTTP edge. Every non-2xx body is the contract's
 //! `ApiError {status, message}`; a 5xx body never carries internals (they go to the log).
 
-use axum::extract::FromRequest;
 use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -155,9 +154,9 @@ impl From<JsonRejection> for AppError {
     }
 }
 
-/// `axum::Json` whose rejections are `ApiError` bodies.
-#[derive(Debug, Clone, Copy, Default, FromRequest)]
-#[from_request(via(axum::Json), rejection(AppError))]
+/// `axum::Json` whose rejections are `ApiError` bodies, and which takes objects only
+/// (its extractor is in `body.rs`).
+#[derive(Debug, Clone, Copy, Default)]
 pub struct ApiJson<T>(pub T);
 
 impl<T: serde::Serialize> IntoResponse for ApiJson<T> {

@@ -28,6 +28,9 @@ pub enum JobError {
     ShuttingDown,
     #[error("paused")]
     Paused,
+    /// Not before `until_ms`: back to the queue till then (a rate limit).
+    #[error("deferred")]
+    Deferred { until_ms: i64, phase: &'static str },
     #[error("transient failure: {0:#}")]
     Transient(anyhow::Error),
     #[error("{message}")]
@@ -105,6 +108,8 @@ pub struct JobCtx {
     /// Process shutdown: checkpoint and release at the next boundary.
     pub shutdown: CancellationToken,
     pub changes: Changes,
+    /// Provider rate limits (inference).
+    pub limiter: crate::ratelimit::RateLimiter,
     /// The `processed` of the last progress committed (the runner's finish line).
     pub processed: Arc<AtomicI64>,
 }

@@ -112,7 +112,7 @@ impl Queue {
         anyhow::ensure!(!config.queue.queue_namespace.is_empty(), "CONTEXT_OPS_QUEUE_NAMESPACE must not be empty");
         let backend = match (&config.queue.redis_url, db) {
             (Some(url), _) => Backend::Redis(redis::RedisQueue::connect(url).await?),
-            (None, Db::Sqlite(pool)) => Backend::Sqlite(sqlite::SqliteQueue::connect(pool.clone()).await?),
+            (None, Db::Sqlite(pool)) => Backend::Sqlite(sqlite::SqliteQueue::connect(db, pool.clone()).await?),
             (None, Db::Postgres(_)) => anyhow::bail!(
                 "REDIS_URL is required with a PostgreSQL DATABASE_URL: the embedded queue runs only on SQLite"
             ),
@@ -125,6 +125,19 @@ impl Queue {
                 wake: ContextOperationKind::ALL.iter().map(|_| Arc::new(Notify::new())).collect(),
             }),
         })
+    }
+
+    /// The Redis connection (production), shared with the rate limiter.
+    pub fn redis(&self) -> Option<::redis::aio::ConnectionManager> {
+        match &self.inner.backend {
+            Backend::Redis(r) => Some(r.connection()),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// The namespace every key of this deployment lives under.
+    pub fn namespace(&self) -> &str {
+        &self.inner.namespace
     }
 
     /// `"redis"` or `"sqlite"`.

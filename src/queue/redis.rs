@@ -115,6 +115,10 @@ impl RedisQueue {
         Ok(Self { conn })
     }
 
+    pub(super) fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
     pub(super) async fn push(&self, queue: &str, payload: Vec<u8>) -> anyhow::Result<()> {
         let mut conn = self.conn.clone();
         let task = TaskBuilder::new(payload).build();

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use super::worker::{Deliver, Envelope, LenientCodec, WakeOrInterval, WorkerRun};
 use super::{HEARTBEAT_INTERVAL, MISSED_HEARTBEATS, QueueDepth};
-use crate::store::queue_jobs;
+use crate::store::{Db, queue_jobs};
 
 /// apalis-sqlite's migrations are tracked here, apart from `_sqlx_migrations` (ours).
 const APALIS_MIGRATIONS_TABLE: &str = "_apalis_migrations";
@@ -38,7 +38,8 @@ fn apalis_config(queue: &str) -> SqliteConfig {
 }
 
 impl SqliteQueue {
-    pub(super) async fn connect(pool: SqlitePool) -> anyhow::Result<Self> {
+    pub(super) async fn connect(db: &Db, pool: SqlitePool) -> anyhow::Result<Self> {
+        let _lock = db.migration_lock().await?;
         let mut migrator = SqliteStorage::migrations();
         migrator.dangerous_set_table_name(APALIS_MIGRATIONS_TABLE);
         migrator.run(&pool).await.context("apalis-sqlite queue migration failed")?;

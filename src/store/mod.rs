@@ -11,6 +11,7 @@
 //! - `artifacts/` — artifacts and their chunks: reads, uploads, what an export writes.
 //! - `maintenance` — exclusive periodic ticks shared by every process.
 //! - `queue_jobs` — the embedded queue's own tables (apalis-sqlite), beside apalis.
+//! - `rate_limits` — the embedded deployment's provider rate limiter.
 
 pub mod artifacts;
 pub mod engine;
@@ -19,6 +20,7 @@ pub mod maintenance;
 pub mod messages;
 pub mod operations;
 pub mod queue_jobs;
+pub mod rate_limits;
 pub mod vectors;
 
 use std::time::{SystemTime, UNIX_EPOCH};

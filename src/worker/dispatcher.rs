@@ -106,7 +106,13 @@ pub async fn dispatch_once(db: &Db, queue: &Queue, repush_after_ms: i64) -> anyh
 
 async fn update_gauges(db: &Db, queue: &Queue) -> anyhow::Result<()> {
     let (counts, oldest) = dispatch::census(db).await?;
+    let pauses = crate::store::operations::controls::pauses(db).await?;
     for kind in ContextOperationKind::ALL {
+        let of_kind = pauses.iter().filter(|(k, _)| k == kind.as_str());
+        let everyone = of_kind.clone().any(|(_, t)| t.is_empty());
+        metrics::gauge!(m::QUEUE_PAUSED, "kind" => kind.as_str()).set(if everyone { 1.0 } else { 0.0 });
+        let tenants = of_kind.filter(|(_, t)| !t.is_empty()).count();
+        metrics::gauge!(m::QUEUE_PAUSED_TENANTS, "kind" => kind.as_str()).set(tenants as f64);
         for state in ContextOperationState::ALL {
             let n = counts.iter().find(|(k, s, _)| k == kind.as_str() && s == state.as_str()).map(|c| c.2).unwrap_or(0);
             metrics::gauge!(m::OPERATIONS_GAUGE, "kind" => kind.as_str(), "state" => state.as_str()).set(n as f64);

@@ -34,6 +34,7 @@ pub struct Runner {
     /// This worker process's name: the lease owner it announces (`worker_heartbeats`).
     pub holder: Arc<str>,
     pub scheduling: Arc<Scheduling>,
+    pub limiter: crate::ratelimit::RateLimiter,
 }
 
 impl OperationHandler for Runner {
@@ -144,6 +145,7 @@ impl Runner {
             lease: lease.clone(),
             shutdown: self.shutdown.clone(),
             changes: self.changes.clone(),
+            limiter: self.limiter.clone(),
             processed: Arc::new(AtomicI64::new(op.processed)),
         };
         let progress = ctx.processed.clone();
@@ -170,6 +172,7 @@ impl Runner {
             Err(JobError::Cancelled) => AttemptEnd::Cancelled,
             Err(JobError::ShuttingDown) => AttemptEnd::ShuttingDown,
             Err(JobError::Paused) => AttemptEnd::Paused,
+            Err(JobError::Deferred { until_ms, phase }) => AttemptEnd::Deferred { until_ms: *until_ms, phase },
             Err(JobError::Permanent { code, .. }) => AttemptEnd::Permanent { code: *code, message: &message },
             Err(JobError::Transient(_)) => AttemptEnd::Transient { message: &message },
         };
@@ -195,6 +198,10 @@ impl Runner {
                     }
                     Transition::Release { phase: Some(_) } => {
                         tracing::info!(operation = %op.id, "released: its kind is paused");
+                    }
+                    Transition::Defer { not_before_ms, .. } => {
+                        let wait_ms = not_before_ms - now_ms();
+                        tracing::info!(operation = %op.id, wait_ms, "held back by a rate limit; back in the queue");
                     }
                     Transition::Release { phase: None } => {
                         tracing::info!(operation = %op.id, "released at shutdown; another worker resumes it from its checkpoint");

@@ -21,5 +21,6 @@ mod projection_migration;
 mod queue;
 mod recall;
 mod recall_quality;
+mod scheduling;
 mod startup;
 mod vectors;

@@ -92,6 +92,9 @@ pub enum Transition<'a> {
     CancelQueued,
     /// API: flag a running operation; it stops at its next batch boundary.
     RequestCancel,
+    /// → `queued` until `not_before_ms`, this attempt not counted, the phase saying why (a
+    /// rate limit that will not allow the turn for a while).
+    Defer { not_before_ms: i64, phase: &'static str },
     /// Scheduler: a queued operation waits, and its phase says why (paused, a concurrency
     /// limit, a rate limit).
     Hold { phase: &'static str },
@@ -124,7 +127,11 @@ impl Transition<'_> {
             Self::Succeed { .. } => State::Succeeded,
             Self::Fail { .. } | Self::Expire => State::Failed,
             Self::Cancelled | Self::CancelQueued => State::Cancelled,
-            Self::Retry { .. } | Self::Release { .. } | Self::Hold { .. } | Self::Requeue { .. } => State::Queued,
+            Self::Retry { .. }
+            | Self::Release { .. }
+            | Self::Defer { .. }
+            | Self::Hold { .. }
+            | Self::Requeue { .. } => State::Queued,
         }
     }
 
@@ -159,6 +166,7 @@ impl Transition<'_> {
             Self::Cancelled | Self::CancelQueued => Some(phase::CANCELLED),
             Self::Retry { .. } => Some(phase::RETRYING),
             Self::Release { phase } => *phase,
+            Self::Defer { phase, .. } => Some(phase),
             Self::Hold { phase } => Some(phase),
             Self::Requeue { .. } => Some(phase::QUEUED),
             _ => None,
@@ -206,6 +214,11 @@ pub enum AttemptEnd<'a> {
     ShuttingDown,
     /// The kind was paused (for everyone or for this tenant): the job stopped at a boundary.
     Paused,
+    /// The job cannot go on before `until_ms` (a rate limit): back to the queue till then.
+    Deferred {
+        until_ms: i64,
+        phase: &'static str,
+    },
     /// Another worker owns the operation now: write nothing.
     LostLease,
     Permanent {
@@ -232,6 +245,7 @@ pub fn decide<'a>(
         AttemptEnd::Cancelled => Some(Transition::Cancelled),
         AttemptEnd::ShuttingDown => Some(Transition::Release { phase: None }),
         AttemptEnd::Paused => Some(Transition::Release { phase: Some(crate::operation::schedule::phase::PAUSED) }),
+        AttemptEnd::Deferred { until_ms, phase } => Some(Transition::Defer { not_before_ms: until_ms, phase }),
         AttemptEnd::Permanent { code, message } => Some(Transition::Fail { code, message }),
         AttemptEnd::Transient { message } if policy.may_retry(attempt) => Some(Transition::Retry {
             not_before_ms: now_ms.saturating_add(policy.backoff_ms(attempt, jitter) as i64),
@@ -299,6 +313,10 @@ mod tests {
         assert_eq!(decide(&AttemptEnd::LostLease, 1, &p, 0.0, 0), None);
         assert_eq!(decide(&AttemptEnd::ShuttingDown, 1, &p, 0.0, 0), Some(Transition::Release { phase: None }));
         assert_eq!(decide(&AttemptEnd::Paused, 1, &p, 0.0, 0), Some(Transition::Release { phase: Some("paused") }));
+        let deferred = AttemptEnd::Deferred { until_ms: 9, phase: "waiting_for_rate_limit" };
+        let defer = decide(&deferred, 1, &p, 0.0, 0).unwrap();
+        assert_eq!(defer, Transition::Defer { not_before_ms: 9, phase: "waiting_for_rate_limit" });
+        assert!(defer.fenced() && defer.ends_attempt() && defer.to() == State::Queued);
         assert_eq!(decide(&AttemptEnd::Cancelled, 1, &p, 0.0, 0), Some(Transition::Cancelled));
         let transient = AttemptEnd::Transient { message: "db down" };
         assert_eq!(

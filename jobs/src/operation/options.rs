@@ -19,7 +19,7 @@ pub struct SubmitOptions {
     /// Fail with `deadline_exceeded` if not finished by this time (epoch ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<i64>,
-    /// …or this long after submission (ms). Not both.
+    /// …or this long after it may start (submission, or `notBeforeMs`), ms. Not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<i64>,
     /// Do not start before this time (epoch ms).
@@ -57,13 +57,15 @@ impl SubmitOptions {
             Some(t) => t,
             None => 0,
         };
+        // A timeout (given or the kind's default) runs from when the operation may start.
+        let start = now_ms.max(not_before_ms);
         let deadline_ms = match (self.deadline_ms, self.timeout_ms) {
             (Some(_), Some(_)) => return Err("give deadlineMs or timeoutMs, not both".into()),
             (Some(d), None) => Some(d),
             (None, Some(t)) if t <= 0 => return Err("timeoutMs must be positive".into()),
             (None, Some(t)) if t > MAX_HORIZON_MS => return Err("timeoutMs is longer than a year".into()),
-            (None, Some(t)) => Some(now_ms.saturating_add(t)),
-            (None, None) => default_timeout_ms.map(|t| now_ms.saturating_add(t)),
+            (None, Some(t)) => Some(start.saturating_add(t)),
+            (None, None) => default_timeout_ms.map(|t| start.saturating_add(t)),
         };
         if let Some(d) = deadline_ms {
             if d <= now_ms {
@@ -111,5 +113,8 @@ mod tests {
         assert!(opts(None, Some(2_000), None, Some(3_000)).resolve(1_000, None).is_err(), "before the start");
         assert_eq!(opts(None, None, None, Some(3_000)).resolve(1_000, None).unwrap().not_before_ms, 3_000);
         assert!(opts(None, None, None, Some(-1)).resolve(1_000, None).is_err());
+        // A timeout runs from the scheduled start, so a default never refuses a late start.
+        assert_eq!(opts(None, None, Some(500), Some(3_000)).resolve(1_000, None).unwrap().deadline_ms, Some(3_500));
+        assert_eq!(opts(None, None, None, Some(3_000)).resolve(1_000, Some(60)).unwrap().deadline_ms, Some(3_060));
     }
 }

@@ -28,6 +28,7 @@ impl RateLimit {
             Unit::Tokens => 't',
         };
         let window = match self.window_ms {
+            SECOND_MS => 's',
             MINUTE_MS => 'm',
             HOUR_MS => 'h',
             _ => 'd',
@@ -38,8 +39,20 @@ impl RateLimit {
     fn interval_us(&self) -> f64 {
         (self.window_ms as f64 * 1000.0) / self.limit.max(1) as f64
     }
+
+    /// How far `cost` units move a key's arrival time (µs). A cost above the limit is
+    /// counted as the limit (it could never be admitted otherwise).
+    pub fn increment_us(&self, cost: u64) -> i64 {
+        (cost.min(self.limit).max(1) as f64 * self.interval_us()).ceil() as i64
+    }
+
+    /// How far `delta` units (after the fact) move it.
+    pub fn delta_us(&self, delta: i64) -> i64 {
+        (delta as f64 * self.interval_us()) as i64
+    }
 }
 
+const SECOND_MS: i64 = 1_000;
 const MINUTE_MS: i64 = 60_000;
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 86_400_000;
@@ -55,8 +68,8 @@ pub struct RateRule {
 }
 
 /// Parse `CONTEXT_OPS_RATE_LIMITS`: rules separated by `;`, each a space-separated list of
-/// `model=NAME|*`, optional `tenant=TENANT/PROJECT`, and one or more of `rpm= tpm= rph= tph=
-/// rpd= tpd=` (requests/tokens per minute/hour/day), e.g.
+/// `model=NAME|*`, optional `tenant=TENANT/PROJECT`, and one or more of `rps= tps= rpm= tpm=
+/// rph= tph= rpd= tpd=` (requests/tokens per second/minute/hour/day), e.g.
 /// `model=gpt-4o rpm=500 tpm=200000 rpd=10000; model=* tenant=acme/prod rpm=20`.
 pub fn parse_rules(text: &str) -> Result<Vec<RateRule>, String> {
     let mut rules = Vec::new();
@@ -70,6 +83,8 @@ pub fn parse_rules(text: &str) -> Result<Vec<RateRule>, String> {
                 "tenant" => tenant = Some(value.to_string()),
                 _ => {
                     let (unit, window) = match key {
+                        "rps" => (Unit::Requests, SECOND_MS),
+                        "tps" => (Unit::Tokens, SECOND_MS),
                         "rpm" => (Unit::Requests, MINUTE_MS),
                         "tpm" => (Unit::Tokens, MINUTE_MS),
                         "rph" => (Unit::Requests, HOUR_MS),
@@ -89,7 +104,9 @@ pub fn parse_rules(text: &str) -> Result<Vec<RateRule>, String> {
         }
         let model = model.ok_or_else(|| format!("rate limit rule {part:?}: name a model (model=NAME or model=*)"))?;
         if limits.is_empty() {
-            return Err(format!("rate limit rule {part:?}: give at least one of rpm, tpm, rph, tph, rpd, tpd"));
+            return Err(format!(
+                "rate limit rule {part:?}: give at least one of rps, tps, rpm, tpm, rph, tph, rpd, tpd"
+            ));
         }
         rules.push(RateRule { model, tenant, limits });
     }
@@ -122,8 +139,7 @@ pub fn block_key(model: &str) -> String {
 /// A burst of up to `limit` units per window is allowed; a cost above the limit is
 /// counted as the limit (it could never be admitted otherwise).
 pub fn admit(tat_us: i64, now_us: i64, cost: u64, limit: &RateLimit) -> Result<i64, i64> {
-    let cost = cost.min(limit.limit).max(1);
-    let new_tat = tat_us.max(now_us) + (cost as f64 * limit.interval_us()).ceil() as i64;
+    let new_tat = tat_us.max(now_us) + limit.increment_us(cost);
     let window_us = limit.window_ms * 1000;
     if new_tat - now_us <= window_us { Ok(new_tat) } else { Err(new_tat - now_us - window_us) }
 }
@@ -131,7 +147,7 @@ pub fn admit(tat_us: i64, now_us: i64, cost: u64, limit: &RateLimit) -> Result<i
 /// Account `delta` more units (negative: fewer) than admitted, after the fact (a turn's
 /// real token usage against its estimate). The arrival time never goes below `now_us`.
 pub fn adjust(tat_us: i64, now_us: i64, delta: i64, limit: &RateLimit) -> i64 {
-    let moved = tat_us + (delta as f64 * limit.interval_us()) as i64;
+    let moved = tat_us + limit.delta_us(delta);
     moved.max(now_us.min(tat_us))
 }
 
@@ -202,7 +218,8 @@ mod tests {
         assert!(keys.iter().any(|(k, _)| k == "rate:1:acme/prod:gpt-4o:rpm"));
         assert_eq!(keys_for(&rules, "other/x", "gpt-4o").len(), 3);
         assert!(keys_for(&rules, "other/x", "mini").is_empty());
-        for bad in ["rpm=5", "model=x", "model=x rpm=0", "model=x rps=3", "model=x nonsense"] {
+        assert_eq!(parse_rules("model=m rps=3").unwrap()[0].limits[0].name(), "rps");
+        for bad in ["rpm=5", "model=x", "model=x rpm=0", "model=x rpw=3", "model=x nonsense"] {
             assert!(parse_rules(bad).is_err(), "{bad}");
         }
         assert!(parse_rules("").unwrap().is_empty());

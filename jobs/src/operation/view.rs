@@ -51,7 +51,6 @@ pub struct OperationView {
     /// Finished attempts, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<AttemptRecord>,
-    /// The owning tenant (shown to admins).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenant: Option<String>,
+    /// The owning tenant (`tenantId/projectId`): an admin's listings span tenants.
+    pub tenant: String,
 }

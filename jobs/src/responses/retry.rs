@@ -120,7 +120,7 @@ fn is_insufficient_quota(body: &Value) -> bool {
 /// fractional). The HTTP-date form of `retry-after` is not parsed — without a
 /// clock it cannot be turned into a delay — so it falls back to backoff. A hint
 /// outside `(0, 60 s]` is ignored, as the official clients do.
-fn server_hint_ms(headers: &RetryHeaders) -> Option<u64> {
+pub fn server_hint_ms(headers: &RetryHeaders) -> Option<u64> {
     let parse = |v: &Option<String>| v.as_deref().and_then(|s| s.trim().parse::<f64>().ok()).filter(|x| x.is_finite());
     let hint = parse(&headers.retry_after_ms).or_else(|| parse(&headers.retry_after).map(|secs| secs * 1000.0))?;
     // Round up so we never come back before the time the server asked for.

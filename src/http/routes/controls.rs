@@ -9,7 +9,7 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
 use crate::http::AppState;
-use crate::http::auth::Caller;
+use crate::http::auth::{Caller, parse_tenant};
 use crate::http::body::OptionalJson;
 use crate::http::error::{ApiJson, ApiResult, AppError};
 use crate::http::extract::{ApiQuery, IdPath, PathId};
@@ -18,7 +18,6 @@ use crate::store::operations::controls::{self, KindFigures};
 use crate::store::operations::transitions;
 use crate::store::operations::transitions::OWNER_SILENCE_MS;
 use context_jobs::contract::ContextOperationKind;
-use context_jobs::ids::TenantKey;
 
 pub const QUEUES_PATH: &str = "/internal/v1/context/queues";
 
@@ -107,19 +106,16 @@ async fn status(
     caller: Caller,
     ApiQuery(q): ApiQuery<StatusQuery>,
 ) -> ApiResult<ApiJson<QueuesStatus>> {
-    let tenant: Option<String> = match (caller.admin, q.tenant) {
-        (true, None) => None,
-        (true, Some(t)) => Some(t),
-        (false, Some(t)) if t != caller.tenant.as_str() => {
-            return Err(AppError::Forbidden("this needs an admin credential".into()));
-        }
-        (false, _) => Some(caller.tenant.to_string()),
+    // An admin sees every tenant unless they name one.
+    let tenant = match q.tenant.as_deref() {
+        None if caller.admin => None,
+        named => caller.scope(named)?,
     };
     let pauses = controls::pauses(&state.db).await?;
     let now = now_ms();
     let mut kinds = Vec::new();
     for kind in ContextOperationKind::ALL {
-        let f: KindFigures = controls::kind_figures(&state.db, kind, tenant.as_deref()).await?;
+        let f: KindFigures = controls::kind_figures(&state.db, kind, tenant.as_ref().map(|t| t.as_str())).await?;
         let paused_tenants = pauses
             .iter()
             .filter(|(k, t)| k == kind.as_str() && !t.is_empty())
@@ -185,16 +181,7 @@ async fn set_paused(
     paused: bool,
 ) -> ApiResult<ApiJson<PauseResponse>> {
     caller.require_admin()?;
-    let tenant = match &body.tenant {
-        None => None,
-        Some(t) => {
-            let (tenant_id, project_id) =
-                t.split_once('/').ok_or_else(|| AppError::BadRequest("tenant must be tenantId/projectId".into()))?;
-            context_jobs::contract::validate_resource_id("tenant", tenant_id).map_err(AppError::BadRequest)?;
-            context_jobs::contract::validate_resource_id("project", project_id).map_err(AppError::BadRequest)?;
-            Some(TenantKey::new(tenant_id, project_id))
-        }
-    };
+    let tenant = body.tenant.as_deref().map(parse_tenant).transpose()?;
     let marked = transitions::set_paused(&state.db, kind, tenant.as_ref(), paused).await?;
     crate::metrics::set_paused(kind, tenant.is_none(), paused);
     tracing::info!(kind = kind.as_str(), tenant = ?body.tenant, paused, marked, "queue control changed");

@@ -20,7 +20,7 @@ use crate::store::operations::{self as ops, ListFilter};
 use context_jobs::contract::{
     CONTEXT_OPERATIONS_PATH, ContextOperationKind, ContextOperationState, ListCursor, clamp_page_size,
 };
-use context_jobs::ids::{OperationId, TenantKey};
+use context_jobs::ids::OperationId;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&format!("{CONTEXT_OPERATIONS_PATH}/bulk"), post(bulk))
@@ -36,27 +36,6 @@ fn parse_kind(k: &str) -> ApiResult<ContextOperationKind> {
 
 fn parse_state(s: &str) -> ApiResult<ContextOperationState> {
     ContextOperationState::parse(s).ok_or_else(|| AppError::BadRequest(format!("unknown state {:?}", truncate(s))))
-}
-
-/// Whose operations: the caller's own by default; another tenant (`tenant=t/p`) or every
-/// tenant (`tenant=*`) needs an admin credential.
-fn scope(caller: &Caller, tenant: Option<&str>) -> ApiResult<Option<TenantKey>> {
-    match tenant {
-        None => Ok(Some(caller.tenant.clone())),
-        Some(t) if t == caller.tenant.as_str() => Ok(Some(caller.tenant.clone())),
-        Some(t) => {
-            caller.require_admin()?;
-            if t == "*" {
-                return Ok(None);
-            }
-            let (tenant_id, project_id) = t
-                .split_once('/')
-                .ok_or_else(|| AppError::BadRequest("tenant must be tenantId/projectId or *".into()))?;
-            context_jobs::contract::validate_resource_id("tenant", tenant_id).map_err(AppError::BadRequest)?;
-            context_jobs::contract::validate_resource_id("project", project_id).map_err(AppError::BadRequest)?;
-            Ok(Some(TenantKey::new(tenant_id, project_id)))
-        }
-    }
 }
 
 /// An id prefix is upper-case ULID text (Crockford base32): anything else matches nothing.
@@ -87,7 +66,7 @@ pub async fn list(
     caller: Caller,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> ApiResult<Response> {
-    let tenant = scope(&caller, q.tenant.as_deref())?;
+    let tenant = caller.scope(q.tenant.as_deref())?;
     let kind = q.kind.as_deref().map(parse_kind).transpose()?;
     let op_state = q.state.as_deref().map(parse_state).transpose()?;
     let prefix = q.q.as_deref().map(id_prefix).transpose()?;
@@ -108,7 +87,7 @@ pub async fn list(
     rows.truncate(limit);
     let next = more.then(|| rows.last().map(|r| ListCursor::encode(r.created_at_ms, r.id.as_str()))).flatten();
     let now = now_ms();
-    let items: Vec<_> = rows.iter().map(|r| r.to_view(now, true)).collect();
+    let items: Vec<_> = rows.iter().map(|r| r.to_view(now)).collect();
     let mut body = json!({"items": items});
     if let Some(next) = next {
         body["nextCursor"] = json!(next);
@@ -171,7 +150,7 @@ async fn bulk(
         ));
     }
     let filter = BulkFilter {
-        tenant: scope(&caller, f.tenant.as_deref())?,
+        tenant: caller.scope(f.tenant.as_deref())?,
         kind: f.kind.as_deref().map(parse_kind).transpose()?,
         state: f.state.as_deref().map(parse_state).transpose()?,
         created_after_ms: f.created_after_ms,

@@ -58,7 +58,7 @@ pub async fn load(state: &AppState, caller: &Caller, id: &OperationId) -> ApiRes
 
 /// The operation as JSON with its polling headers: ETag always, Retry-After while live.
 pub fn operation_response(status: StatusCode, op: &OperationRow) -> Response {
-    let view = op.to_view(now_ms(), true);
+    let view = op.to_view(now_ms());
     let mut response = (status, ApiJson(&view)).into_response();
     let headers = response.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&etag(op.id.as_str(), view.operation.version)) {

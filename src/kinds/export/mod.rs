@@ -49,23 +49,27 @@ impl Job for Export {
     }
 
     async fn run(ctx: &JobCtx, args: ExportArgs) -> Result<Finish<ExportResult>, JobError> {
-        let (checkpoint, total) = match ctx.checkpoint::<ExportCheckpoint>()? {
-            Some(saved) => (saved, ctx.operation.total),
-            None => start(ctx).await?,
+        let saved = match ctx.checkpoint::<ExportCheckpoint>()? {
+            Some(saved) if saved.encoder.section == Section::Done => {
+                let artifact_id = ArtifactId::from_stored(saved.artifact_id.as_str());
+                return finished_result(ctx, &artifact_id).await.map(Finish::Done);
+            }
+            // A failed or cancelled export keeps its unfinished artifact so a retry resumes
+            // it; if it has gone since (deleted, expired), the retry starts over.
+            Some(saved) => {
+                let artifact_id = ArtifactId::from_stored(saved.artifact_id.as_str());
+                exports::is_writing(&ctx.db, ctx.tenant(), &artifact_id).await?.then_some(saved)
+            }
+            None => None,
         };
-        let artifact_id = ArtifactId::from_stored(checkpoint.artifact_id.as_str());
-        let outcome = if checkpoint.encoder.section == Section::Done {
-            finished_result(ctx, &artifact_id).await
-        } else {
-            export(ctx, &args, checkpoint, total).await
+        let (checkpoint, total, processed) = match saved {
+            Some(saved) => (saved, ctx.operation.total, ctx.operation.processed),
+            None => {
+                let (checkpoint, total) = start(ctx).await?;
+                (checkpoint, total, 0)
+            }
         };
-        // A failed or cancelled export leaves no half-written artifact behind.
-        if matches!(outcome, Err(JobError::Permanent { .. } | JobError::Cancelled))
-            && let Err(e) = exports::discard(&ctx.db, ctx.tenant(), &artifact_id).await
-        {
-            tracing::warn!(operation = %ctx.operation.id, error = %e, "could not discard the unfinished artifact");
-        }
-        outcome.map(Finish::Done)
+        export(ctx, &args, checkpoint, total, processed).await.map(Finish::Done)
     }
 }
 
@@ -102,6 +106,7 @@ async fn export(
     args: &ExportArgs,
     mut checkpoint: ExportCheckpoint,
     mut total: i64,
+    mut processed: i64,
 ) -> Result<ExportResult, JobError> {
     let chunk_bytes = ctx.config.artifacts.artifact_chunk_bytes;
     let emitted = checkpoint.encoder.emitted;
@@ -113,7 +118,6 @@ async fn export(
     };
     let mut encoder = Encoder::resume(chunk_bytes, checkpoint.encoder.clone(), prefix);
     let mut pages = spawn_reader(ctx, args, &checkpoint);
-    let mut processed = ctx.operation.processed;
     let mut committed = processed;
     let mut commits = Commits::new();
     let (mut wait_read, mut wait_commit, mut busy) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);

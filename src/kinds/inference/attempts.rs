@@ -14,9 +14,12 @@ use serde_json::Value;
 use crate::kinds::job::{JobCtx, JobError, encode};
 use crate::metrics::{INFERENCE_PROVIDER_RETRIES, INFERENCE_TOKENS};
 use crate::provider::responses_client::{ProviderReply, ResponsesClient, TransportError};
+use crate::store::now_ms;
 use crate::store::operations::transitions::Signals;
 use crate::store::operations::{FenceError, transitions};
 use context_jobs::kinds::inference::{InferenceCheckpoint, InferenceResult, PHASE_CALLING_PROVIDER, decode_turn};
+use context_jobs::operation::rate_limit::estimate_tokens;
+use context_jobs::operation::schedule::phase::WAITING_FOR_RATE_LIMIT;
 use context_jobs::operation::{ErrorCode, Progress, Transition};
 use context_jobs::responses::{HttpDisposition, classify_http, classify_transport_error, decode_usage};
 
@@ -39,12 +42,23 @@ pub(super) async fn call(
     checkpoint: &mut InferenceCheckpoint,
 ) -> Result<InferenceResult, JobError> {
     let max_attempts = ctx.config.provider.responses_max_attempts;
+    let model = body["model"].as_str().unwrap_or_default().to_string();
+    let estimate = estimate_tokens(body.to_string().len(), body["max_output_tokens"].as_u64().map(|n| n as u32));
     let mut attempt = 0u32;
     loop {
+        let admitted = admit(ctx, &model, estimate, checkpoint).await?;
         checkpoint.provider_attempts += 1;
         let signals = save(ctx, checkpoint, PHASE_CALLING_PROVIDER, 0).await?;
         ctx.boundary(signals)?;
         let reply = guarded(ctx, client.create(body)).await?;
+        settle(ctx, &admitted, &reply).await;
+        if let Ok(r) = &reply
+            && r.status == 429
+            && let Some(after_ms) = retry_hint_ms(&r.retry)
+            && let Err(e) = ctx.limiter.block(&model, after_ms).await
+        {
+            tracing::warn!(operation = %ctx.operation.id, error = format!("{e:#}"), "could not record the provider's 429");
+        }
         let next = judge(client, reply, checkpoint.provider_attempts, attempt, max_attempts);
         match next {
             Next::Done(result) => return Ok(result),
@@ -61,6 +75,55 @@ pub(super) async fn call(
             }
         }
     }
+}
+
+/// A wait longer than this goes back to the queue (phase `waiting_for_rate_limit`) instead
+/// of holding a worker slot.
+const DEFER_AFTER_MS: u64 = 2_000;
+
+/// Wait until the rate limits admit this turn (checkpointing that it waits), or hand it back
+/// to the queue until they will.
+async fn admit(
+    ctx: &JobCtx,
+    model: &str,
+    estimate: u64,
+    checkpoint: &InferenceCheckpoint,
+) -> Result<crate::ratelimit::Admitted, JobError> {
+    let mut announced = false;
+    loop {
+        let wait_ms = match ctx.limiter.admit(ctx.tenant(), model, estimate).await {
+            Ok(Ok(admitted)) => return Ok(admitted),
+            Ok(Err(wait_ms)) => wait_ms,
+            Err(e) => return Err(JobError::transient(format!("the rate limiter is unavailable: {e:#}"))),
+        };
+        metrics::counter!(crate::metrics::RATE_LIMIT_WAITS, "outcome" => if wait_ms > DEFER_AFTER_MS { "deferred" } else { "waited" })
+            .increment(1);
+        if wait_ms > DEFER_AFTER_MS {
+            return Err(JobError::Deferred { until_ms: now_ms() + wait_ms as i64, phase: WAITING_FOR_RATE_LIMIT });
+        }
+        if !announced {
+            let signals = save(ctx, checkpoint, WAITING_FOR_RATE_LIMIT, 0).await?;
+            ctx.boundary(signals)?;
+            announced = true;
+        }
+        guarded(ctx, tokio::time::sleep(Duration::from_millis(wait_ms))).await?;
+    }
+}
+
+/// Account the tokens a reply reports against the estimate it was admitted with.
+async fn settle(ctx: &JobCtx, admitted: &crate::ratelimit::Admitted, reply: &Result<ProviderReply, TransportError>) {
+    let Ok(ProviderReply { body: Ok(body), .. }) = reply else { return };
+    let Some(usage) = decode_usage(&body["usage"]) else { return };
+    let actual = u64::from(usage.input_tokens) + u64::from(usage.output_tokens);
+    if let Err(e) = ctx.limiter.settle(admitted, actual).await {
+        tracing::debug!(operation = %ctx.operation.id, error = format!("{e:#}"), "could not settle the turn's tokens");
+    }
+}
+
+/// The provider's requested delay of a 429, if it sent one (the same hint the retry
+/// policy honours).
+fn retry_hint_ms(headers: &context_jobs::responses::RetryHeaders) -> Option<u64> {
+    context_jobs::responses::server_hint_ms(headers)
 }
 
 /// Decide what an attempt's reply means. `attempt` is this run's zero-based attempt

@@ -89,14 +89,17 @@ pub async fn seal(tx: &mut Tx, id: &ArtifactId, finished: &Finished) -> StoreRes
         == 1)
 }
 
-/// Remove an artifact an export gave up on (failed or cancelled).
-pub async fn discard(db: &Db, tenant: &TenantKey, id: &ArtifactId) -> StoreResult<()> {
-    query("DELETE FROM artifacts WHERE tenant = $1 AND id = $2 AND origin = $3 AND state = $4")
-        .bind(tenant.as_str())
-        .bind(id.as_str())
-        .bind(origin::EXPORT)
-        .bind(state::WRITING)
-        .execute(db)
-        .await?;
-    Ok(())
+/// An export's artifact is still there, unfinished (a retry may resume it).
+pub async fn is_writing(db: &Db, tenant: &TenantKey, id: &ArtifactId) -> StoreResult<bool> {
+    let found: Option<String> = query(
+        "SELECT id FROM artifacts WHERE tenant = $1 AND id = $2 AND origin = $3 AND state = $4 AND expires_at_ms > $5",
+    )
+    .bind(tenant.as_str())
+    .bind(id.as_str())
+    .bind(origin::EXPORT)
+    .bind(state::WRITING)
+    .bind(now_ms())
+    .fetch_optional_scalar(db)
+    .await?;
+    Ok(found.is_some())
 }

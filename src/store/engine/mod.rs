@@ -182,6 +182,7 @@ impl Db {
     /// Apply the migrations up to `version` (tests of a later migration start from here).
     #[doc(hidden)]
     pub async fn migrate_until(&self, version: i64) -> anyhow::Result<()> {
+        let _lock = self.migration_lock().await?;
         let set = match self.engine() {
             Engine::Postgres => POSTGRES_MIGRATIONS,
             Engine::Sqlite => SQLITE_MIGRATIONS,
@@ -200,6 +201,28 @@ impl Db {
         }
         .context("database migration failed")?;
         Ok(())
+    }
+
+    /// Hold this while migrating. PostgreSQL needs nothing (sqlx takes an advisory lock),
+    /// but SQLite has no such lock: processes starting together on a fresh file raced
+    /// through the migrations (both inserting version 1 into the migrations table). An
+    /// exclusive lock on a file beside the database serializes them; it is released when
+    /// the returned file is dropped. In-memory databases are one process's own.
+    pub async fn migration_lock(&self) -> anyhow::Result<Option<std::fs::File>> {
+        let Db::Sqlite(pool) = self else { return Ok(None) };
+        let database = pool.connect_options().get_filename().to_path_buf();
+        if database.as_os_str().is_empty() || database.to_string_lossy().contains(":memory:") {
+            return Ok(None);
+        }
+        let mut path = database.into_os_string();
+        path.push(".migrate-lock");
+        let lock = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
+            let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+            file.lock()?;
+            Ok(file)
+        });
+        let file = lock.await?.context("cannot lock the SQLite database for migrating")?;
+        Ok(Some(file))
     }
 
     pub async fn close(&self) {

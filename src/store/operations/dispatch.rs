@@ -4,7 +4,9 @@
 
 use sqlx::AssertSqlSafe;
 
+use crate::store::engine::Params;
 use crate::store::{Db, StoreError, StoreResult, now_ms, placeholders, query};
+use context_jobs::artifact;
 use context_jobs::contract::{ContextOperationKind, ContextOperationState as State};
 use context_jobs::ids::{OperationId, TenantKey};
 use context_jobs::operation::machine::TERMINAL;
@@ -78,19 +80,41 @@ pub async fn clear_pushed(db: &Db, id: &OperationId) -> StoreResult<()> {
 
 /// Forget a terminal operation. Non-terminal ones must be cancelled first (409).
 pub async fn forget(db: &Db, tenant: &TenantKey, id: &OperationId) -> StoreResult<()> {
-    let (terminal, states) = terminal_in(3);
-    let sql = format!("DELETE FROM operations WHERE id = $1 AND tenant = $2 AND {terminal}");
-    let deleted = states
-        .fold(query(AssertSqlSafe(sql)).bind(id.as_str()).bind(tenant.as_str()), |q, s| q.bind(s))
-        .execute(db)
-        .await?;
-    if deleted == 1 {
+    if forget_terminal(db, Some(tenant), &[id.as_str()]).await? == 1 {
         return Ok(());
     }
     match super::get(db, tenant, id).await? {
         Some(_) => Err(StoreError::Conflict("only a terminal operation can be forgotten; cancel it first".into())),
         None => Err(StoreError::NotFound(format!("operation {id} not found"))),
     }
+}
+
+/// Delete the terminal operations among `ids` (of `tenant`; `None`: any), with the
+/// unfinished artifacts their exports kept for a retry; how many operations went.
+pub async fn forget_terminal<'q>(db: &Db, tenant: Option<&'q TenantKey>, ids: &[&'q str]) -> StoreResult<u64> {
+    let mut tx = db.begin_write().await?;
+    let mut p = Params::default();
+    let (origin_p, state_p) = (p.p(artifact::origin::EXPORT), p.p(artifact::state::WRITING));
+    let ops = terminal_among(&mut p, tenant, ids);
+    let sql = format!(
+        "DELETE FROM artifacts WHERE origin = {origin_p} AND state = {state_p} \
+         AND operation_id IN (SELECT id FROM operations WHERE {ops})"
+    );
+    p.into_query(sql).execute(&mut tx).await?;
+    let mut p = Params::default();
+    let ops = terminal_among(&mut p, tenant, ids);
+    let deleted = p.into_query(format!("DELETE FROM operations WHERE {ops}")).execute(&mut tx).await?;
+    tx.commit().await?;
+    Ok(deleted)
+}
+
+/// `id IN (…) AND state IN (terminal) [AND tenant = …]`.
+fn terminal_among<'q>(p: &mut Params<'q>, tenant: Option<&'q TenantKey>, ids: &[&'q str]) -> String {
+    let mut sql = format!("{} AND {}", p.any_of("id", ids), p.state_in(TERMINAL));
+    if let Some(t) = tenant {
+        sql += &format!(" AND tenant = {}", p.p(t.as_str()));
+    }
+    sql
 }
 
 /// Delete terminal operations finished before `before_ms`.

@@ -121,8 +121,8 @@ where
 
 impl OperationRow {
     /// The operation as this service shows it: the contract's fields and the scheduling
-    /// and attempt details (`show_tenant` for admins).
-    pub fn to_view(&self, now: i64, show_tenant: bool) -> OperationView {
+    /// and attempt details.
+    pub fn to_view(&self, now: i64) -> OperationView {
         OperationView {
             operation: self.to_contract(now),
             priority: self.priority,
@@ -135,7 +135,7 @@ impl OperationRow {
             lease_owner: self.lease_owner.clone(),
             cancel_requested: self.cancel_requested && !self.state.is_terminal(),
             attempts: self.attempt_history(),
-            tenant: show_tenant.then(|| self.tenant.to_string()),
+            tenant: self.tenant.to_string(),
         }
     }
 

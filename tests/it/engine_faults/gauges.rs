@@ -31,6 +31,12 @@ async fn gauges_count_what_the_database_holds() {
     for conversation in ["g1", "g2", "g3"] {
         parked.push(api.api.submit_delete(conversation).await.id);
     }
+    // Pauses made through that process show on the other's gauges: they come from the database.
+    let (status, _) = api.api.post("/internal/v1/context/queues/export/pause", &serde_json::json!({})).await;
+    assert_eq!(status, 200);
+    let (status, _) =
+        api.api.post("/internal/v1/context/queues/import/pause", &serde_json::json!({"tenant": "x/y"})).await;
+    assert_eq!(status, 200);
     api.proc.kill();
     with_pool!(&fx.db, pool => {
         sqlx::query("UPDATE operations SET not_before_ms = $1 WHERE state = 'queued'")
@@ -48,12 +54,16 @@ async fn gauges_count_what_the_database_holds() {
     assert_eq!(done.state, ContextOperationState::Succeeded, "{done:?}");
 
     let ops = "context_ops_operations";
-    let expected: [Expected; 5] = [
+    let paused = "context_ops_queue_paused";
+    let expected: [Expected; 8] = [
         (ops, &[("kind", "delete"), ("state", "queued")], 3.0),
         (ops, &[("kind", "delete"), ("state", "succeeded")], 1.0),
         (ops, &[("kind", "delete"), ("state", "running")], 0.0),
         (ops, &[("kind", "export"), ("state", "queued")], 0.0),
         ("context_ops_oldest_queued_timestamp_seconds", &[], oldest as f64 / 1000.0),
+        (paused, &[("kind", "export")], 1.0),
+        (paused, &[("kind", "delete")], 0.0),
+        ("context_ops_queue_paused_tenants", &[("kind", "import")], 1.0),
     ];
     // The dispatcher refreshes the gauges every round (200 ms here).
     let page = poll_until(&format!("gauges matching {expected:?}"), Duration::from_secs(10), || async {
@@ -64,8 +74,10 @@ async fn gauges_count_what_the_database_holds() {
         if matches {
             return Ok(page);
         }
-        let lines: Vec<&str> =
-            page.lines().filter(|l| l.contains("context_ops_operations{") || l.contains("oldest")).collect();
+        let lines: Vec<&str> = page
+            .lines()
+            .filter(|l| l.contains("context_ops_operations{") || l.contains("oldest") || l.contains("paused"))
+            .collect();
         Err(lines.join("\n"))
     })
     .await;

@@ -62,6 +62,11 @@ impl OpClient {
         read(self.request(reqwest::Method::GET, path).send().await.unwrap()).await
     }
 
+    /// [`Self::get`] with `token` instead of the default one.
+    pub async fn get_as(&self, token: Option<&str>, path: &str) -> (u16, Value) {
+        read(self.authed(self.client.get(self.url(path)), token).send().await.unwrap()).await
+    }
+
     /// The `/metrics` page.
     pub async fn metrics(&self) -> String {
         let response = self.request(reqwest::Method::GET, "/metrics").send().await.unwrap();

@@ -3,6 +3,8 @@
 //! next scripted [`Step`] (or the standing one set with [`FakeProvider::always`]), and is
 //! recorded with its arrival time, `Authorization` header and JSON body. A request whose
 //! handler is dropped before answering (the client went away) is counted as dropped.
+//! With [`FakeProvider::quota`] it behaves like a provider enforcing a request quota: a
+//! request over it gets `429` (counted as rejected) before any step is taken.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -69,6 +71,9 @@ struct Inner {
     standing: Mutex<Option<Step>>,
     received: Mutex<Vec<Received>>,
     dropped: Mutex<usize>,
+    /// At most this many requests in any window of this length, else 429.
+    quota: Mutex<Option<(usize, Duration)>>,
+    rejected: Mutex<usize>,
     /// Bumped on every event, so waits are conditions, not sleeps.
     events: Option<watch::Sender<u64>>,
 }
@@ -108,6 +113,16 @@ impl FakeProvider {
     /// The step for every request once the script is used up.
     pub fn always(&self, step: Step) {
         *self.inner.standing.lock().unwrap() = Some(step);
+    }
+
+    /// Answer `429` to a request that makes more than `requests` in the last `per`.
+    pub fn quota(&self, requests: usize, per: Duration) {
+        *self.inner.quota.lock().unwrap() = Some((requests, per));
+    }
+
+    /// Requests answered `429` by the quota.
+    pub fn rejected(&self) -> usize {
+        *self.inner.rejected.lock().unwrap()
     }
 
     pub fn received(&self) -> Vec<Received> {
@@ -155,7 +170,20 @@ impl Drop for DropGuard {
 async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: String) -> Response {
     let authorization = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
     let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
-    inner.received.lock().unwrap().push(Received { at: Instant::now(), authorization, body });
+    let now = Instant::now();
+    let over_quota = {
+        let mut received = inner.received.lock().unwrap();
+        received.push(Received { at: now, authorization, body });
+        inner.quota.lock().unwrap().is_some_and(|(requests, per)| {
+            received.iter().rev().take_while(|r| now.duration_since(r.at) < per).count() > requests
+        })
+    };
+    if over_quota {
+        *inner.rejected.lock().unwrap() += 1;
+        inner.bump();
+        let body = json!({"error": {"message": "Rate limit reached", "type": "requests"}}).to_string();
+        return (StatusCode::TOO_MANY_REQUESTS, [("retry-after-ms", "200")], body).into_response();
+    }
     let step = inner.script.lock().unwrap().pop_front().or_else(|| inner.standing.lock().unwrap().clone());
     inner.bump();
     let mut guard = DropGuard { inner: inner.clone(), answered: false };

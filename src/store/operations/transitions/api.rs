@@ -2,11 +2,9 @@
 //! failed or cancelled operation (`Requeue`), failing queued work past its deadline
 //! (`Expire`), pause and resume of a kind, and the bulk forms of cancel, retry and forget.
 
-use sqlx::AssertSqlSafe;
-
 use crate::store::engine::Params;
 use crate::store::operations::SubmitEffect;
-use crate::store::{Db, StoreResult, Tx, messages, now_ms, placeholders, query};
+use crate::store::{Db, StoreResult, Tx, messages, now_ms, query};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState as State};
 use context_jobs::ids::{OperationId, TenantKey};
 use context_jobs::operation::machine::TERMINAL;
@@ -280,14 +278,8 @@ where
     match action {
         BulkAction::Forget => {
             for chunk in targets.chunks(500) {
-                let terminal: Vec<&str> = TERMINAL.iter().map(|s| s.as_str()).collect();
-                let sql = format!(
-                    "DELETE FROM operations WHERE id IN ({}) AND state IN ({})",
-                    placeholders(1, chunk.len()),
-                    placeholders(chunk.len() + 1, terminal.len())
-                );
-                let q = chunk.iter().fold(query(AssertSqlSafe(sql)), |q, r| q.bind(r.0.as_str()));
-                outcome.changed += terminal.iter().fold(q, |q, s| q.bind(*s)).execute(db).await?;
+                let ids: Vec<&str> = chunk.iter().map(|r| r.0.as_str()).collect();
+                outcome.changed += crate::store::operations::dispatch::forget_terminal(db, None, &ids).await?;
             }
         }
         BulkAction::Cancel => {

@@ -121,6 +121,7 @@ fn attempt_outcome(t: &Transition<'_>) -> &'static str {
         Transition::Retry { .. } => "retrying",
         Transition::Release { phase: Some(_) } => "paused",
         Transition::Release { phase: None } => "released",
+        Transition::Defer { .. } => "deferred",
         t => t.to().as_str(),
     }
 }
@@ -182,13 +183,15 @@ fn fenced_statement<'q>(engine: Engine, lease: &'q Lease, t: &Transition<'q>, no
             set.push(format!("error = {}", p.p(truncate(message, 2000))));
         }
         Transition::Cancelled | Transition::Release { .. } => {}
+        Transition::Defer { not_before_ms, .. } => set.push(format!("not_before_ms = {}", p.p(not_before_ms))),
         _ => unreachable!("not a lease holder's transition: {t:?}"),
     }
     if let Transition::Retry { not_before_ms, .. } = *t {
         set.push(format!("not_before_ms = {}", p.p(not_before_ms)));
     }
-    if matches!(t, Transition::Release { .. }) {
-        // A release does not count the attempt (deploys and pauses must not eat the budget).
+    if matches!(t, Transition::Release { .. } | Transition::Defer { .. }) {
+        // A release does not count the attempt (deploys, pauses and rate limits must not
+        // eat the budget).
         set.push("attempt = attempt - 1".into());
     }
     if to != State::Running {

@@ -1,0 +1,91 @@
+//! Provider rate limits for inference, shared by every worker (the database embedded, Redis
+//! on PostgreSQL): the configured rate paces the calls so a provider enforcing a higher
+//! quota never answers 429, and a 429 that does arrive holds the model for everyone for its
+//! `retry-after`.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::harness::fake_responses::{FakeProvider, Step, completed_text};
+use crate::harness::{Backend, TestApp};
+use context_jobs::contract::{ContextOperationState, INFERENCE_PATH};
+
+/// The service on `backend` calling `fake`, with rate limit rules `rules`.
+async fn limited_app(backend: Backend, fake: &FakeProvider, rules: &str) -> TestApp {
+    let (url, rules) = (fake.url.clone(), rules.to_string());
+    TestApp::start_with(backend, move |c| {
+        c.provider.responses_base_url = url;
+        c.provider.responses_api_key = Some("sk-test-rate".to_string().into());
+        c.scheduler.rate_limits = rules;
+        c.worker.worker_concurrency = 4;
+    })
+    .await
+}
+
+fn turn(i: usize) -> serde_json::Value {
+    json!({"model": "gpt-test", "messages": [{"role": "user", "content": format!("turn {i}")}]})
+}
+
+/// The most requests that arrived within any window of `per`.
+fn busiest(arrivals: &[Instant], per: Duration) -> usize {
+    (0..arrivals.len())
+        .map(|i| arrivals[i..].iter().take_while(|a| a.duration_since(arrivals[i]) < per).count())
+        .max()
+        .unwrap_or(0)
+}
+
+async fn the_configured_rate_keeps_a_fleet_under_the_providers_quota(backend: Backend) {
+    const TURNS: usize = 16;
+    let fake = FakeProvider::start(Vec::new()).await;
+    fake.always(Step::ok(completed_text("ok")));
+    // The provider takes 10 requests a second; we allow 4 a second (a burst of 4, then one
+    // every 250 ms): at most 7 in any second, whatever the 4 worker slots would do.
+    fake.quota(10, Duration::from_secs(1));
+    let app = limited_app(backend, &fake, "model=gpt-test rps=4").await;
+    let mut ids = Vec::new();
+    for i in 0..TURNS {
+        ids.push(app.submit(INFERENCE_PATH, &turn(i)).await.id);
+    }
+    for id in &ids {
+        let done = app.wait_terminal(id).await;
+        assert_eq!(done.state, ContextOperationState::Succeeded, "{done:?}");
+    }
+    assert_eq!(fake.rejected(), 0, "the provider answered 429 {} times", fake.rejected());
+    let arrivals: Vec<Instant> = fake.received().iter().map(|r| r.at).collect();
+    assert_eq!(arrivals.len(), TURNS, "one call per turn");
+    let in_a_second = busiest(&arrivals, Duration::from_secs(1));
+    assert!(in_a_second <= 8, "{in_a_second} calls within one second (limit 4/s with a burst of 4)");
+    // 4 at once, then 12 more at 250 ms: three seconds (less scheduling jitter).
+    let span = arrivals[TURNS - 1].duration_since(arrivals[0]);
+    assert!(span >= Duration::from_millis(2500), "16 calls in {span:?}: not paced");
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.lines().any(|l| l.starts_with("context_ops_rate_limit_waits_total") && !l.ends_with(" 0")),
+        "no rate-limit wait counted"
+    );
+}
+
+async fn a_429_holds_the_model_for_everyone(backend: Backend) {
+    let fake = FakeProvider::start(vec![
+        Step::status(429, json!({"error": {"message": "slow down"}})).header("retry-after", "1.5"),
+    ])
+    .await;
+    fake.always(Step::ok(completed_text("ok")));
+    let app = limited_app(backend, &fake, "").await;
+    let first = app.submit(INFERENCE_PATH, &turn(0)).await.id;
+    let rejected = fake.wait_requests(1, Duration::from_secs(30)).await[0].at;
+    // Submitted after the 429: it waits out the same hold instead of calling at once.
+    let second = app.submit(INFERENCE_PATH, &turn(1)).await.id;
+    for id in [&first, &second] {
+        assert_eq!(app.wait_terminal(id).await.state, ContextOperationState::Succeeded);
+    }
+    let received = fake.received();
+    assert_eq!(received.len(), 3, "the 429, the retry and the second turn");
+    for later in &received[1..] {
+        let after = later.at.duration_since(rejected);
+        assert!(after >= Duration::from_millis(1400), "a call {after:?} after the 429 (retry-after 1.5 s)");
+    }
+}
+
+backend_tests!(backend: the_configured_rate_keeps_a_fleet_under_the_providers_quota, a_429_holds_the_model_for_everyone);
