@@ -5,6 +5,7 @@
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -57,13 +58,53 @@ impl Codec<Envelope> for LenientCodec {
 pub(super) struct Deliver {
     pub(super) kind: ContextOperationKind,
     pub(super) handler: Arc<dyn OperationHandler>,
+    pub(super) in_flight: Arc<InFlight>,
+}
+
+/// How many deliveries of one worker are running, so shutdown can wait for them while
+/// apalis still polls its backend (see [`stop_gracefully`]).
+#[derive(Default)]
+pub(super) struct InFlight {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+impl InFlight {
+    fn enter(self: &Arc<Self>) -> InFlightGuard {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        InFlightGuard(self.clone())
+    }
+
+    async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+struct InFlightGuard(Arc<InFlight>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 impl Deliver {
     pub(super) fn call(&self, envelope: Envelope) -> BoxFuture<'static, ()> {
         let kind = self.kind;
         let handler = self.handler.clone();
+        let guard = self.in_flight.enter();
         async move {
+            let _guard = guard;
             let outcome = match envelope {
                 Envelope::Message(message) => {
                     // Spawned (the `handle` call included), so a panic stays inside its task;
@@ -183,7 +224,8 @@ pub(super) async fn supervise(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let queue_name = queue.queue_name(kind);
-    let deliver = Deliver { kind, handler };
+    let in_flight = Arc::new(InFlight::default());
+    let deliver = Deliver { kind, handler, in_flight: in_flight.clone() };
     let wake = queue.inner.wake[kind_index(kind)].clone();
     let mut restarts = 0u32;
     let mut consecutive_failures = 0u32;
@@ -208,7 +250,7 @@ pub(super) async fn supervise(
             () = shutdown.cancelled() => None,
         };
         let Some(result) = ended else {
-            return stop_gracefully(&queue.inner.backend, &queue_name, &name, ctx, run).await;
+            return stop_gracefully(&queue.inner.backend, &queue_name, &name, ctx, run, &in_flight).await;
         };
         release(&queue.inner.backend, &queue_name, &name).await;
         restarts += 1;
@@ -235,14 +277,29 @@ async fn stop_gracefully(
     queue_name: &str,
     name: &str,
     ctx: WorkerContext,
-    run: BoxFuture<'static, Result<(), WorkerError>>,
+    mut run: BoxFuture<'static, Result<(), WorkerError>>,
+    in_flight: &InFlight,
 ) -> anyhow::Result<()> {
-    // Stop taking messages; running handlers finish and are acknowledged, then apalis
-    // closes the backend.
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_TIMEOUT;
+    // Running handlers see the shutdown at their next boundary and release. Until they
+    // have, apalis must go on polling its backend: a stopped worker stops polling it while
+    // handlers run, which can freeze a fetch mid-transaction — on SQLite holding the write
+    // lock every handler's next commit waits for (seen: shutdowns hung for the 30 s busy
+    // timeout). Deliveries arriving meanwhile start nothing (see `Runner::deliver`).
+    let ended_early = tokio::select! {
+        result = &mut run => Some(result),
+        () = in_flight.idle() => None,
+        () = tokio::time::sleep_until(deadline) => None,
+    };
+    // Stop taking messages; handlers still running finish and are acknowledged, then
+    // apalis closes the backend.
     if let Err(e) = ctx.stop() {
         tracing::debug!(worker = %name, error = %e, "stopping a worker that had not started");
     }
-    let outcome = tokio::time::timeout(SHUTDOWN_TIMEOUT, run).await;
+    let outcome = match ended_early {
+        Some(result) => Ok(result),
+        None => tokio::time::timeout_at(deadline, run).await,
+    };
     // Anything still held (a fetch cut short, handlers past the deadline) goes back to the
     // queue now instead of after the orphan timeout; duplicates are dropped by the claim.
     release(backend, queue_name, name).await;

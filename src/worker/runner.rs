@@ -18,7 +18,7 @@ use crate::config::{Config, Scheduling};
 use crate::metrics as m;
 use crate::queue::{OperationHandler, OperationMessage};
 use crate::store::operations::transitions::ClaimLimits;
-use crate::store::operations::{Claimed, FenceError, Lease, transitions};
+use crate::store::operations::{Claimed, FenceError, Lease, dispatch, transitions};
 use crate::store::{Db, now_ms};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState};
 use context_jobs::ids::OperationId;
@@ -88,6 +88,12 @@ impl Runner {
     /// fair share. With concurrency limits, each finished operation frees a slot that work
     /// held back may be waiting for: the worker goes on to the next while there is one.
     async fn deliver(&self, kind: ContextOperationKind, hint: &OperationId, recover: bool) -> anyhow::Result<()> {
+        if self.shutdown.is_cancelled() {
+            // Shutting down: start nothing. The row is unmarked so that a dispatcher round
+            // (another process's, or the next start's) pushes it again at once.
+            dispatch::clear_pushed(&self.db, hint).await?;
+            return Ok(());
+        }
         let lease_ms = self.config.lease().as_millis() as i64;
         let limits = self.limits(kind);
         let limited = limits.max_running.is_some() || limits.max_running_per_tenant.is_some();
