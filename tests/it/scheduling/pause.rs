@@ -87,4 +87,33 @@ async fn a_pause_can_hold_one_tenant_and_needs_an_admin(backend: Backend) {
     assert_api_error(status, &body, 400);
 }
 
-backend_tests!(backend: pausing_releases_running_work_and_holds_new_work, a_pause_can_hold_one_tenant_and_needs_an_admin);
+/// Every operation submitted during a pause starts promptly after the resume — not only
+/// the one a dropped delivery marked `paused` — without waiting for the re-push age (60 s
+/// by default, which this app keeps).
+async fn everything_submitted_during_a_pause_starts_at_the_resume(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let (status, _) = app.post(&format!("{QUEUES}/delete/pause"), &json!({})).await;
+    assert_eq!(status, 200);
+    let mut held = Vec::new();
+    for i in 0..6 {
+        held.push(delete_as(&app, None, &format!("during-pause-{i}"), json!({})).await);
+    }
+    // Let the workers look at (and drop) every delivery while the kind is paused.
+    app.wait_until(&held[0], Duration::from_secs(10), "marked paused", |op| op.phase == "paused").await;
+    let (status, _) = app.post(&format!("{QUEUES}/delete/resume"), &json!({})).await;
+    assert_eq!(status, 200);
+    for id in &held {
+        let op = app
+            .wait_until(id, Duration::from_secs(10), "succeeded after the resume", |op| {
+                op.state == ContextOperationState::Succeeded
+            })
+            .await;
+        assert_eq!(op.state, ContextOperationState::Succeeded, "{op:?}");
+    }
+}
+
+backend_tests!(
+    backend: pausing_releases_running_work_and_holds_new_work,
+    a_pause_can_hold_one_tenant_and_needs_an_admin,
+    everything_submitted_during_a_pause_starts_at_the_resume
+);

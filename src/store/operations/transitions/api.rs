@@ -196,6 +196,24 @@ pub async fn set_paused(
         )
     };
     let marked = p.into_query(sql).execute(&mut tx).await?;
+    if !paused {
+        // Deliveries during the pause found nothing to start and were dropped, and only the
+        // head they looked at was marked: every other queued operation of the scope is still
+        // marked pushed, and would wait for the re-push age. Unmark them all.
+        let mut p = Params::default();
+        let (kind_p, queued_p) = (p.p(kind.as_str()), p.p(State::Queued.as_str()));
+        let tenant_filter = match tenant {
+            Some(t) => format!(" AND tenant = {}", p.p(t.as_str())),
+            None => String::new(),
+        };
+        let sql = format!(
+            "UPDATE operations SET pushed_at_ms = NULL \
+             WHERE kind = {kind_p} AND state = {queued_p} AND pushed_at_ms IS NOT NULL{tenant_filter} \
+             AND NOT EXISTS (SELECT 1 FROM queue_controls c WHERE c.kind = operations.kind AND c.paused = 1 \
+                             AND (c.tenant = '' OR c.tenant = operations.tenant))"
+        );
+        p.into_query(sql).execute(&mut tx).await?;
+    }
     tx.commit().await?;
     Ok(marked)
 }

@@ -1,0 +1,90 @@
+//! (a) Throughput of empty operations over HTTP (8 clients) beside the bare apalis-redis
+//! loop (our queue module, no database) on the same Redis.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use context_jobs::contract::ContextOperationKind;
+use context_jobs::ids::OperationId;
+use context_ops::config::Role;
+use context_ops::queue::{OperationHandler, Queue};
+use context_ops::server;
+use context_ops::store::Db;
+use futures::future::BoxFuture;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::common::{config, fresh_schema, namespace, submit_delete};
+
+struct Counter {
+    seen: AtomicUsize,
+    target: usize,
+    done: Notify,
+}
+
+impl OperationHandler for Counter {
+    fn handle(&self, _kind: ContextOperationKind, _id: String) -> BoxFuture<'static, ()> {
+        if self.seen.fetch_add(1, Ordering::SeqCst) + 1 >= self.target {
+            self.done.notify_one();
+        }
+        Box::pin(async {})
+    }
+}
+
+/// Baseline: push `n` no-op messages from 8 tasks and consume them; messages per second.
+pub async fn bare_queue(redis: &str, server: &str, n: usize) -> anyhow::Result<f64> {
+    let db = Db::connect(&fresh_schema(server).await?, 4).await?;
+    let cfg = config(String::new(), redis, &namespace("bare"));
+    let queue = Queue::connect(&cfg, &db).await?;
+    let counter = Arc::new(Counter { seen: AtomicUsize::new(0), target: n, done: Notify::new() });
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    let workers = queue.spawn_workers(counter.clone(), shutdown.clone());
+    let pushes = (0..8).map(|c| {
+        let queue = queue.clone();
+        tokio::spawn(async move {
+            for i in (c..n).step_by(8) {
+                queue.push(ContextOperationKind::Delete, &OperationId::from_stored(format!("{i:026}"))).await.unwrap();
+            }
+        })
+    });
+    futures::future::join_all(pushes).await;
+    counter.done.notified().await;
+    let elapsed = started.elapsed().as_secs_f64();
+    shutdown.cancel();
+    let _ = workers.await;
+    Ok(n as f64 / elapsed)
+}
+
+/// Ours: submit `n` deletes of empty conversations over HTTP from 8 clients and wait until
+/// all have succeeded; operations per second.
+pub async fn engine(redis: &str, server: &str, n: usize) -> anyhow::Result<f64> {
+    let url = fresh_schema(server).await?;
+    let running = server::start(config(url, redis, &namespace("ops")), Role::Serve).await?;
+    let base = format!("http://{}", running.addr);
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    let submits = (0..8).map(|c| {
+        let (client, base) = (client.clone(), base.clone());
+        tokio::spawn(async move {
+            for i in (c..n).step_by(8) {
+                submit_delete(&client, &base, None, &format!("empty-{i}")).await.unwrap();
+            }
+        })
+    });
+    futures::future::join_all(submits).await;
+    println!("    (submitted {n} in {:.2} s)", started.elapsed().as_secs_f64());
+    let Db::Postgres(pool) = running.state.db.clone() else { anyhow::bail!("expected PostgreSQL") };
+    loop {
+        let done: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM operations WHERE state = 'succeeded'").fetch_one(&pool).await?;
+        if done as usize >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    running.stop().await?;
+    Ok(n as f64 / elapsed)
+}
