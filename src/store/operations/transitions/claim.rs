@@ -27,27 +27,56 @@ enum Takes {
     Orphan,
 }
 
-/// The claim of operation `id` (already chosen), as one statement.
+/// Which row a claim takes.
+#[derive(Clone, Copy)]
+enum Target<'q> {
+    /// This one (the scheduler's chosen head, or an orphan).
+    Id(&'q str),
+    /// The first due operation of `kind` in `tenant`'s queue that no concurrent claim holds
+    /// (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite has one writer), so concurrent workers
+    /// serving the same tenant take its next operations instead of racing for its head.
+    FirstDue { kind: &'q str, tenant: &'q str },
+}
+
+/// Due and startable, for a queued row under `alias` (the claim's guard and its choice;
+/// `queues_sql` spells the same rule with its own binds for the scheduler's view).
+fn due(alias: &str, queued: &str, now_p: &str) -> String {
+    format!(
+        "{alias}state = {queued} AND {alias}not_before_ms <= {now_p} AND {alias}cancel_requested = 0 \
+         AND ({alias}deadline_ms IS NULL OR {alias}deadline_ms > {now_p})"
+    )
+}
+
+/// The claim of `target`, as one statement.
 fn claim_statement<'q>(
     engine: Engine,
-    id: &'q str,
+    target: Target<'q>,
     t: &Transition<'q>,
     now: i64,
     takes: Takes,
 ) -> crate::store::engine::Query<'q> {
     let Transition::Claim { token, lease_until_ms, owner } = *t else { unreachable!("not a claim: {t:?}") };
     let mut p = Params::default();
-    let (id_p, token_p, lease_p, owner_p, now_p) = (p.p(id), p.p(token), p.p(lease_until_ms), p.p(owner), p.p(now));
+    let (token_p, lease_p, owner_p, now_p) = (p.p(token), p.p(lease_until_ms), p.p(owner), p.p(now));
     let (running, queued) = (p.p(State::Running.as_str()), p.p(State::Queued.as_str()));
+    let row = match target {
+        Target::Id(id) => format!("id = {}", p.p(id)),
+        Target::FirstDue { kind, tenant } => {
+            let (kind_p, tenant_p) = (p.p(kind), p.p(tenant));
+            let lock = if engine == Engine::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
+            format!(
+                "id = (SELECT o.id FROM operations o WHERE o.kind = {kind_p} AND o.tenant = {tenant_p} AND {} \
+                 ORDER BY o.priority DESC, o.created_at_ms, o.id LIMIT 1{lock})",
+                due("o.", &queued, &now_p)
+            )
+        }
+    };
     debug_assert_eq!(t.phase(), Some(phase::STARTING));
     let starting = p.p(phase::STARTING);
     let waiting = p.any_of("phase", WAITING_PHASES);
     let (expired, expired_message) = (p.p(ErrorCode::LeaseExpired.as_str()), p.p(LEASE_EXPIRED_MESSAGE));
     let guard = match takes {
-        Takes::Queued => format!(
-            "state = {queued} AND not_before_ms <= {now_p} AND cancel_requested = 0 \
-             AND (deadline_ms IS NULL OR deadline_ms > {now_p})"
-        ),
+        Takes::Queued => due("", &queued, &now_p),
         Takes::Orphan => format!(
             "state = {running} AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms < {now_p} \
              OR lease_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_heartbeats w WHERE w.holder = operations.lease_owner \
@@ -69,16 +98,22 @@ fn claim_statement<'q>(
          lease_token = {token_p}, lease_expires_at_ms = {lease_p}, lease_owner = {owner_p}, attempt = attempt + 1, \
          attempt_started_at_ms = {now_p}, version = version + 1, pushed_at_ms = NULL, \
          started_at_ms = COALESCE(started_at_ms, {now_p}), updated_at_ms = {now_p} \
-         WHERE id = {id_p} AND {guard} RETURNING {COLUMNS}"
+         WHERE {row} AND {guard} RETURNING {COLUMNS}"
     );
     p.into_query(sql)
 }
 
-async fn claim_id(db: &Db, id: &str, owner: &str, lease_ms: i64, takes: Takes) -> StoreResult<Option<Claimed>> {
+async fn claim_id(
+    db: &Db,
+    target: Target<'_>,
+    owner: &str,
+    lease_ms: i64,
+    takes: Takes,
+) -> StoreResult<Option<Claimed>> {
     let now = now_ms();
     let token = ulid::Ulid::generate().to_string();
     let t = Transition::Claim { token: &token, lease_until_ms: now + lease_ms, owner };
-    let statement = claim_statement(db.engine(), id, &t, now, takes);
+    let statement = claim_statement(db.engine(), target, &t, now, takes);
     let Some(operation) = statement.fetch_optional::<OperationRow>(db).await? else {
         return Ok(None);
     };
@@ -97,7 +132,7 @@ async fn claim_id(db: &Db, id: &str, owner: &str, lease_ms: i64, takes: Takes) -
 /// owner becomes `running` under a fresh lease. `None` when its holder is alive or it is no
 /// longer running.
 pub async fn recover(db: &Db, id: &OperationId, owner: &str, lease_ms: i64) -> StoreResult<Option<Claimed>> {
-    claim_id(db, id.as_str(), owner, lease_ms, Takes::Orphan).await
+    claim_id(db, Target::Id(id.as_str()), owner, lease_ms, Takes::Orphan).await
 }
 
 /// Concurrency limits of one kind and tenant weights, from the configuration.
@@ -144,6 +179,7 @@ pub async fn claim_next(
     lease_ms: i64,
     limits: &ClaimLimits,
 ) -> StoreResult<Option<Claimed>> {
+    let limited = limits.max_running.is_some() || limits.max_running_per_tenant.is_some();
     // A lost race (another worker claimed the chosen head first) picks again.
     for _ in 0..8 {
         let now = now_ms();
@@ -183,7 +219,11 @@ pub async fn claim_next(
                 return Ok(None);
             }
             Pick::Run { tenant, id } => {
-                if let Some(claimed) = claim_id(db, id, owner, lease_ms, Takes::Queued).await? {
+                // Under a concurrency limit the chosen head itself is claimed, so concurrent
+                // claims serialise and the limit holds exactly; without one, concurrent
+                // workers take the tenant's next operations side by side.
+                let target = if limited { Target::Id(id) } else { Target::FirstDue { kind: kind.as_str(), tenant } };
+                if let Some(claimed) = claim_id(db, target, owner, lease_ms, Takes::Queued).await? {
                     // The fair share's tie-break matters only between tenants.
                     if queues.len() > 1 {
                         served(db, kind, tenant, now).await?;
