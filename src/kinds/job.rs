@@ -24,6 +24,9 @@ pub enum JobError {
     LostLease,
     #[error("cancelled")]
     Cancelled,
+    /// Cancelled, with what the job had done so far (its kind's result, as JSON text).
+    #[error("cancelled")]
+    CancelledWith(String),
     #[error("worker shutting down")]
     ShuttingDown,
     #[error("paused")]
@@ -46,6 +49,15 @@ impl JobError {
         JobError::permanent(ErrorCode::DeadlineExceeded, "the operation's deadline passed before it finished")
     }
 
+    /// A cancel becomes a cancel that reports `partial` (what was done so far) as the
+    /// operation's result; anything else is unchanged.
+    pub fn with_partial(self, partial: &impl Serialize) -> Self {
+        match (self, serde_json::to_string(partial)) {
+            (JobError::Cancelled, Ok(result)) => JobError::CancelledWith(result),
+            (other, _) => other,
+        }
+    }
+
     pub fn transient(message: impl std::fmt::Display) -> Self {
         JobError::Transient(anyhow::anyhow!("{message}"))
     }
@@ -60,13 +72,25 @@ impl From<FenceError> for JobError {
     }
 }
 
+/// The `error` of an operation that failed on an unexpected database error. The driver's
+/// text goes to the log only: it can quote stored data and names internals.
+pub const INTERNAL_DB_ERROR: &str = "internal database error (details are in the worker log)";
+/// The `error` of a retry after the database was unavailable.
+pub const DB_UNAVAILABLE: &str = "the database was unavailable";
+
 impl From<StoreError> for JobError {
     fn from(e: StoreError) -> Self {
         match e {
-            e if e.is_transient() => JobError::Transient(e.into()),
-            StoreError::Db(e) => JobError::permanent(ErrorCode::Internal, format!("database error: {e}")),
+            e if e.is_transient() => {
+                tracing::warn!(error = format!("{e:#}"), "database unavailable");
+                JobError::transient(DB_UNAVAILABLE)
+            }
             StoreError::Invalid(m) => JobError::permanent(ErrorCode::CorruptOperation, m),
-            other => JobError::permanent(ErrorCode::Internal, other.to_string()),
+            StoreError::NotFound(m) | StoreError::Conflict(m) => JobError::permanent(ErrorCode::Internal, m),
+            e @ (StoreError::Db(_) | StoreError::Other(_)) => {
+                tracing::error!(error = format!("{e:#}"), "database error");
+                JobError::permanent(ErrorCode::Internal, INTERNAL_DB_ERROR)
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ mod harness;
 
 mod artifacts;
 mod auth_tenancy;
+mod bad_input;
 mod embeddings_provider;
 mod engine;
 mod engine_faults;

@@ -6,6 +6,7 @@
 mod cursor;
 mod entries;
 mod messages;
+pub mod nul;
 mod operations;
 
 pub use cursor::*;
