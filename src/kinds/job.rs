@@ -75,15 +75,12 @@ impl From<FenceError> for JobError {
 /// The `error` of an operation that failed on an unexpected database error. The driver's
 /// text goes to the log only: it can quote stored data and names internals.
 pub const INTERNAL_DB_ERROR: &str = "internal database error (details are in the worker log)";
-/// The `error` of a retry after the database was unavailable.
-pub const DB_UNAVAILABLE: &str = "the database was unavailable";
-
 impl From<StoreError> for JobError {
     fn from(e: StoreError) -> Self {
         match e {
-            e if e.is_transient() => {
+            StoreError::Db(e) if crate::store::is_transient(&e) => {
                 tracing::warn!(error = format!("{e:#}"), "database unavailable");
-                JobError::transient(DB_UNAVAILABLE)
+                JobError::transient(crate::store::engine::transient_reason(&e))
             }
             StoreError::Invalid(m) => JobError::permanent(ErrorCode::CorruptOperation, m),
             StoreError::NotFound(m) | StoreError::Conflict(m) => JobError::permanent(ErrorCode::Internal, m),
@@ -232,4 +229,29 @@ impl JobCtx {
 /// A checkpoint or result as stored JSON text.
 pub fn encode(value: &impl Serialize) -> Result<String, JobError> {
     serde_json::to_string(value).map_err(|e| JobError::permanent(ErrorCode::Internal, format!("cannot encode: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Database errors reach an operation's `error` in fixed words only.
+    #[test]
+    fn store_errors_never_carry_driver_text() {
+        let driver = || sqlx::Error::Protocol("relation \"messages\" does not exist at secret row".into());
+        match JobError::from(StoreError::Db(driver())) {
+            JobError::Permanent { code, message } => {
+                assert_eq!((code, message.as_str()), (ErrorCode::Internal, INTERNAL_DB_ERROR));
+            }
+            other => panic!("{other:?}"),
+        }
+        match JobError::from(StoreError::Other(anyhow::anyhow!("corrupt JSON column: secret"))) {
+            JobError::Permanent { message, .. } => assert_eq!(message, INTERNAL_DB_ERROR),
+            other => panic!("{other:?}"),
+        }
+        match JobError::from(StoreError::Db(sqlx::Error::PoolTimedOut)) {
+            JobError::Transient(e) => assert_eq!(e.to_string(), "timed out waiting for a database connection"),
+            other => panic!("{other:?}"),
+        }
+    }
 }
