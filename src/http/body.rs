@@ -47,6 +47,7 @@ fn is_json(req: &Request) -> bool {
     req.headers()
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
+        .map(str::to_ascii_lowercase)
         .is_some_and(|ct| ct.starts_with("application/json") || ct.contains("+json"))
 }
 
