@@ -54,7 +54,8 @@ proptest! {
 
     #[test]
     fn encode_decode_round_trip(
-        texts in prop::collection::vec((".{0,40}", 0u8..3), 0..40),
+        // Any text but NUL, which no record may hold (`contract::nul`).
+        texts in prop::collection::vec(("[^\\x00\\n]{0,40}", 0u8..3), 0..40),
         chunk in 1usize..200,
         crashes in prop::collection::vec(0usize..40, 0..4),
         splits in prop::collection::vec(1usize..97, 1..5),

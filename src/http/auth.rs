@@ -87,6 +87,8 @@ impl Authenticator {
                 let mut validation = Validation::new(Algorithm::HS256);
                 validation.set_audience(&[AUDIENCE]);
                 validation.set_required_spec_claims(&["exp", "aud", "sub"]);
+                // `nbf`, when present, is checked with the same leeway as `exp`.
+                validation.validate_nbf = true;
                 let key = DecodingKey::from_secret(secret.as_bytes())
                     .map_err(|e| anyhow::anyhow!("invalid CONTEXT_OPS_JWT_SECRET: {e}"))?;
                 Some((key, validation))
@@ -138,6 +140,8 @@ impl Authenticator {
                     return Err(AppError::Unauthorized(format!("invalid credentials: {what} must not contain '/'")));
                 }
             }
+            context_jobs::contract::nul::check_text("sub", &c.sub)
+                .map_err(|e| AppError::Unauthorized(format!("invalid credentials: {e}")))?;
             // `default/default` is the open/static-token tenant; a JWT may not claim it.
             if TenantKey::new(&c.tenant_id, &c.project_id) == TenantKey::default_tenant() {
                 return Err(AppError::Unauthorized("invalid credentials: tenant default/default is reserved".into()));

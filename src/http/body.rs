@@ -1,6 +1,7 @@
 //! Request bodies: every JSON body is an object ([`ObjectOnly`]: serde would otherwise
 //! read a struct from an array of its fields in order, so `[1]` passed for `{"priority":1}`);
-//! [`ApiJson`] with `ApiError` rejections; [`AppendJson`] with the append size limit, which
+//! [`ApiJson`] with `ApiError` rejections; every body refuses NUL in any string (the core's
+//! one rule, `context_jobs::contract::nul`, so both engines accept the same bodies); [`AppendJson`] with the append size limit, which
 //! still reads the rest of an oversized body (up to a bound) before answering 413 —
 //! answering while the client is still sending makes the server close the connection, and
 //! most clients then report a broken connection instead of the 413 ("lingering close");
@@ -37,11 +38,35 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
     }
 }
 
+/// The one NUL rule of the core, for a whole JSON body: a 400 naming the field.
+fn refuse_nul(bytes: &[u8]) -> Result<(), AppError> {
+    context_jobs::contract::nul::check_json("the request body", bytes).map_err(AppError::BadRequest)
+}
+
+fn is_json(req: &Request) -> bool {
+    req.headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_ascii_lowercase)
+        .is_some_and(|ct| ct.starts_with("application/json") || ct.contains("+json"))
+}
+
+fn not_json() -> AppError {
+    AppError::UnsupportedMediaType("expected a request body with content-type: application/json".into())
+}
+
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::Json(ObjectOnly(value)) = axum::Json::<ObjectOnly<T>>::from_request(req, state).await?;
+        if !is_json(&req) {
+            return Err(not_json());
+        }
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| AppError::from(axum::extract::rejection::JsonRejection::from(e)))?;
+        refuse_nul(&bytes)?;
+        let axum::Json(ObjectOnly(value)) = axum::Json::<ObjectOnly<T>>::from_bytes(&bytes)?;
         Ok(ApiJson(value))
     }
 }
@@ -55,15 +80,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AppendJson<T> {
     type Rejection = AppError;
 
     async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
-        let is_json = req
-            .headers()
-            .get(axum::http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.starts_with("application/json") || ct.contains("+json"));
-        if !is_json {
-            return Err(AppError::UnsupportedMediaType(
-                "expected a request body with content-type: application/json".into(),
-            ));
+        if !is_json(&req) {
+            return Err(not_json());
         }
         let too_large =
             || AppError::PayloadTooLarge(format!("an append carries at most {MAX_APPEND_BYTES} serialized bytes"));
@@ -83,6 +101,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for AppendJson<T> {
         if seen > MAX_APPEND_BYTES {
             return Err(too_large());
         }
+        refuse_nul(&buf)?;
         let ObjectOnly(value) = serde_json::from_slice(&buf).map_err(|e| match e.classify() {
             serde_json::error::Category::Data => AppError::BadRequest(format!("invalid request body: {e}")),
             _ => AppError::BadRequest(format!("malformed JSON: {e}")),
@@ -127,6 +146,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJ
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(OptionalJson(T::default()));
         }
+        refuse_nul(&bytes)?;
         serde_json::from_slice(&bytes)
             .map(|ObjectOnly(value)| OptionalJson(value))
             .map_err(|e| AppError::BadRequest(format!("invalid request body: {e}")))

@@ -1,5 +1,6 @@
 //! Extractors whose every rejection is an `ApiError`: one id from the path, parsed into its
-//! typed form ([`IdPath`]), and a query string ([`ApiQuery`]). axum's own `Path` and
+//! typed form ([`IdPath`]), and a query string ([`ApiQuery`]); both refuse NUL (`%00`) by the
+//! core's one rule. axum's own `Path` and
 //! `Query` answer `text/plain` (a path that is not UTF-8, say).
 
 use axum::extract::{FromRequestParts, Path, Query};
@@ -46,6 +47,7 @@ impl<S: Send + Sync, T: PathId> FromRequestParts<S> for IdPath<T> {
         let Path(segment) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|e| AppError::BadRequest(format!("invalid path: {}", e.body_text())))?;
+        context_jobs::contract::nul::check_text("the path parameter", &segment).map_err(AppError::BadRequest)?;
         Ok(IdPath(T::from_path(&segment)?))
     }
 }
@@ -57,8 +59,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, AppError> {
-        let Query(query) =
-            Query::<T>::from_request_parts(parts, state).await.map_err(|e| AppError::BadRequest(e.body_text()))?;
+        let bad = |e: axum::extract::rejection::QueryRejection| AppError::BadRequest(e.body_text());
+        // The core's NUL rule over every decoded name and value (`%00`).
+        let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state).await.map_err(bad)?;
+        for (name, value) in &pairs {
+            let nul = context_jobs::contract::nul::check_text;
+            nul("a query parameter name", name).and_then(|()| nul(name, value)).map_err(AppError::BadRequest)?;
+        }
+        let Query(query) = Query::<T>::from_request_parts(parts, state).await.map_err(bad)?;
         Ok(ApiQuery(query))
     }
 }

@@ -73,7 +73,8 @@ impl Job for Delete {
             processed += deleted;
             total = total.max(processed);
             at = next;
-            ctx.boundary(signals)?;
+            let so_far = DeleteResult { deleted_messages: processed.max(0) as u64 };
+            ctx.boundary(signals).map_err(|e| e.with_partial(&so_far))?;
         }
     }
 }

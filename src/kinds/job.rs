@@ -24,6 +24,9 @@ pub enum JobError {
     LostLease,
     #[error("cancelled")]
     Cancelled,
+    /// Cancelled, with what the job had done so far (its kind's result, as JSON text).
+    #[error("cancelled")]
+    CancelledWith(String),
     #[error("worker shutting down")]
     ShuttingDown,
     #[error("paused")]
@@ -46,6 +49,15 @@ impl JobError {
         JobError::permanent(ErrorCode::DeadlineExceeded, "the operation's deadline passed before it finished")
     }
 
+    /// A cancel becomes a cancel that reports `partial` (what was done so far) as the
+    /// operation's result; anything else is unchanged.
+    pub fn with_partial(self, partial: &impl Serialize) -> Self {
+        match (self, serde_json::to_string(partial)) {
+            (JobError::Cancelled, Ok(result)) => JobError::CancelledWith(result),
+            (other, _) => other,
+        }
+    }
+
     pub fn transient(message: impl std::fmt::Display) -> Self {
         JobError::Transient(anyhow::anyhow!("{message}"))
     }
@@ -60,13 +72,22 @@ impl From<FenceError> for JobError {
     }
 }
 
+/// The `error` of an operation that failed on an unexpected database error. The driver's
+/// text goes to the log only: it can quote stored data and names internals.
+pub const INTERNAL_DB_ERROR: &str = "internal database error (details are in the worker log)";
 impl From<StoreError> for JobError {
     fn from(e: StoreError) -> Self {
         match e {
-            e if e.is_transient() => JobError::Transient(e.into()),
-            StoreError::Db(e) => JobError::permanent(ErrorCode::Internal, format!("database error: {e}")),
+            StoreError::Db(e) if crate::store::is_transient(&e) => {
+                tracing::warn!(error = format!("{e:#}"), "database unavailable");
+                JobError::transient(crate::store::engine::transient_reason(&e))
+            }
             StoreError::Invalid(m) => JobError::permanent(ErrorCode::CorruptOperation, m),
-            other => JobError::permanent(ErrorCode::Internal, other.to_string()),
+            StoreError::NotFound(m) | StoreError::Conflict(m) => JobError::permanent(ErrorCode::Internal, m),
+            e @ (StoreError::Db(_) | StoreError::Other(_)) => {
+                tracing::error!(error = format!("{e:#}"), "database error");
+                JobError::permanent(ErrorCode::Internal, INTERNAL_DB_ERROR)
+            }
         }
     }
 }
@@ -208,4 +229,29 @@ impl JobCtx {
 /// A checkpoint or result as stored JSON text.
 pub fn encode(value: &impl Serialize) -> Result<String, JobError> {
     serde_json::to_string(value).map_err(|e| JobError::permanent(ErrorCode::Internal, format!("cannot encode: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Database errors reach an operation's `error` in fixed words only.
+    #[test]
+    fn store_errors_never_carry_driver_text() {
+        let driver = || sqlx::Error::Protocol("relation \"messages\" does not exist at secret row".into());
+        match JobError::from(StoreError::Db(driver())) {
+            JobError::Permanent { code, message } => {
+                assert_eq!((code, message.as_str()), (ErrorCode::Internal, INTERNAL_DB_ERROR));
+            }
+            other => panic!("{other:?}"),
+        }
+        match JobError::from(StoreError::Other(anyhow::anyhow!("corrupt JSON column: secret"))) {
+            JobError::Permanent { message, .. } => assert_eq!(message, INTERNAL_DB_ERROR),
+            other => panic!("{other:?}"),
+        }
+        match JobError::from(StoreError::Db(sqlx::Error::PoolTimedOut)) {
+            JobError::Transient(e) => assert_eq!(e.to_string(), "timed out waiting for a database connection"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

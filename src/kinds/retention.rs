@@ -28,7 +28,8 @@ impl Job for Retention {
                 total = doomed;
                 let at = RetentionCheckpoint { plan, after_sequence: 0 };
                 let progress = Progress { phase: PHASE_PLANNED, processed: 0, total, checkpoint: Some(encode(&at)?) };
-                ctx.save_progress(&progress).await?;
+                let nothing_yet = RetentionResult { deleted_messages: 0, plan };
+                ctx.save_progress(&progress).await.map_err(|e| e.with_partial(&nothing_yet))?;
                 at
             }
         };
@@ -53,7 +54,8 @@ impl Job for Retention {
                 Some(upper) if deleted == batch => at.after_sequence = upper,
                 _ => break,
             }
-            ctx.boundary(signals)?;
+            let so_far = RetentionResult { deleted_messages: processed.max(0) as u64, plan: at.plan };
+            ctx.boundary(signals).map_err(|e| e.with_partial(&so_far))?;
         }
         Ok(Finish::Done(RetentionResult { deleted_messages: processed.max(0) as u64, plan: at.plan }))
     }

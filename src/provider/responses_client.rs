@@ -129,10 +129,15 @@ impl ResponsesClient {
             }
             bytes.extend_from_slice(&chunk);
         }
-        let body = serde_json::from_slice(&bytes).map_err(|e| {
-            let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_PROVIDER_TEXT)]).into_owned();
-            self.scrub(&format!("the reply body is not JSON ({e}): {shown:?}"))
-        });
+        let body = serde_json::from_slice(&bytes)
+            .map(|mut body| {
+                self.scrub_value(&mut body);
+                body
+            })
+            .map_err(|e| {
+                let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_PROVIDER_TEXT)]).into_owned();
+                self.scrub(&format!("the reply body is not JSON ({e}): {shown:?}"))
+            });
         Ok(ProviderReply { status, retry, body })
     }
 
@@ -143,6 +148,32 @@ impl ResponsesClient {
             TransportError::Connect(self.scrub(&format!("{e:#}")))
         } else {
             TransportError::Other(self.scrub(&format!("{e:#}")))
+        }
+    }
+
+    /// A reply body as every later reader sees it (the decoded result, the appended reply
+    /// and its metadata all come from it): the API key replaced in every string and key,
+    /// whatever the status, and NUL (which PostgreSQL cannot store) replaced by U+FFFD, so
+    /// both engines store the same text.
+    pub fn scrub_value(&self, value: &mut Value) {
+        let clean = |text: &str| {
+            let text = match &self.key {
+                Some(k) if !k.is_empty() => text.replace(k.as_str(), "[redacted]"),
+                _ => text.to_string(),
+            };
+            text.replace('\0', "\u{fffd}")
+        };
+        match value {
+            Value::String(s) => *s = clean(s),
+            Value::Array(items) => items.iter_mut().for_each(|item| self.scrub_value(item)),
+            Value::Object(fields) => {
+                let taken = std::mem::take(fields);
+                for (key, mut item) in taken {
+                    self.scrub_value(&mut item);
+                    fields.insert(clean(&key), item);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -209,6 +240,17 @@ mod tests {
         let cut = c.scrub(&long);
         assert_eq!(cut.chars().count(), MAX_PROVIDER_TEXT + 1);
         assert!(cut.ends_with('…'));
+    }
+
+    #[test]
+    fn scrub_value_cleans_every_string_and_key() {
+        let c = client(Some("sk-secret"));
+        let mut v = serde_json::json!({"output": [{"text": "your key is sk-secret\u{0}"}], "sk-secret": 1, "n": 2});
+        c.scrub_value(&mut v);
+        assert_eq!(
+            v,
+            serde_json::json!({"output": [{"text": "your key is [redacted]\u{fffd}"}], "[redacted]": 1, "n": 2})
+        );
     }
 
     #[tokio::test]

@@ -175,7 +175,8 @@ impl Runner {
             }
             Ok(Finish::Committed(result)) => AttemptEnd::Succeeded { result, committed: true, progress: None },
             Err(JobError::LostLease) => AttemptEnd::LostLease,
-            Err(JobError::Cancelled) => AttemptEnd::Cancelled,
+            Err(JobError::Cancelled) => AttemptEnd::Cancelled { result: None },
+            Err(JobError::CancelledWith(result)) => AttemptEnd::Cancelled { result: Some(result) },
             Err(JobError::ShuttingDown) => AttemptEnd::ShuttingDown,
             Err(JobError::Paused) => AttemptEnd::Paused,
             Err(JobError::Deferred { until_ms, phase }) => AttemptEnd::Deferred { until_ms: *until_ms, phase },

@@ -9,6 +9,8 @@ mod harness;
 
 mod artifacts;
 mod auth_tenancy;
+mod bad_input;
+mod contract_vocabulary;
 mod embeddings_provider;
 mod engine;
 mod engine_faults;

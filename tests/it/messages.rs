@@ -159,6 +159,10 @@ async fn malformed_requests_get_api_errors(app: TestApp) {
     assert_api_error(status, &body, 400);
     let (status, body) = read(raw("{}", Some("text/plain")).await.unwrap()).await;
     assert_api_error(status, &body, 415);
+    // Media types are case-insensitive, parameters allowed.
+    let recent = app.client.post(app.url(RECENT)).header("content-type", "Application/JSON; charset=utf-8");
+    let (status, body) = read(recent.body(r#"{"scope":{"conversationId":"l"}}"#).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{body}");
     let (status, body) = read(raw(r#"{"messages": 5}"#, Some("application/json")).await.unwrap()).await;
     assert_api_error(status, &body, 400);
     // The contract denies unknown fields on ListConversationsRequest.

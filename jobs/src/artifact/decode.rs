@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::digest::ArtifactDigest;
 use super::wire::{Header, Trailer};
 use super::{MAX_LINE_BYTES, Record, SCHEMA_VERSION};
-use crate::contract::{ContextInsight, ConversationRecord, validate_resource_id, validate_roles, validate_scope};
+use crate::contract::{ContextInsight, ConversationRecord};
 use crate::operation::ErrorCode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +221,10 @@ impl Decoder {
         self.line += 1;
         let line = self.line;
         let bad = |message: String| DecodeError::new(DecodeErrorKind::BadLine, line, message);
+        // The one NUL rule (PostgreSQL cannot store it): the validating pass and the
+        // importing pass run this same decoder, so no line the import would refuse gets
+        // past validation.
+        crate::contract::nul::check_json("the line", bytes).map_err(bad)?;
         match self.stage {
             Stage::Header => {
                 self.header = Some(parse_header(bytes).map_err(|mut e| {
@@ -316,14 +320,9 @@ fn parse_header(bytes: &[u8]) -> Result<Header, DecodeError> {
     serde_json::from_value(value).map_err(|e| bad(format!("invalid header: {e}")))
 }
 
+/// The rules every record obeys, wherever it comes from (the contract module owns them).
 fn validate_message(r: &ConversationRecord) -> Result<(), String> {
-    validate_resource_id("id", &r.id)?;
-    validate_scope(&r.scope)?;
-    validate_roles(std::slice::from_ref(&r.role))?;
-    if r.created_at_ms < 0 {
-        return Err("createdAtMs must not be negative".into());
-    }
-    Ok(())
+    crate::contract::validate_record(r)
 }
 
 /// The rules every entry write obeys (the entries module owns them).

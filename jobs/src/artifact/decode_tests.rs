@@ -166,6 +166,43 @@ fn a_last_line_without_newline_is_accepted_when_complete() {
     assert_eq!(summary.bytes as usize, bytes.len() - 1);
 }
 
+/// Lines ending in CRLF (an artifact that went through a Windows editor or a tool that
+/// rewrites line endings) read as the same records; the digest is of the bytes as given.
+#[test]
+fn crlf_line_endings_are_accepted() {
+    let (bytes, _) = artifact(4, 2);
+    let crlf: Vec<u8> = bytes.iter().flat_map(|&b| if b == b'\n' { vec![b'\r', b'\n'] } else { vec![b] }).collect();
+    let (plain, _) = decode_in(&bytes, 5).unwrap();
+    for cut in [0, 2] {
+        // With and without the last line's CRLF.
+        let given = &crlf[..crlf.len() - cut];
+        let (records, summary) = decode_in(given, 5).unwrap();
+        assert_eq!(
+            records.iter().map(|d| &d.record).collect::<Vec<_>>(),
+            plain.iter().map(|d| &d.record).collect::<Vec<_>>()
+        );
+        assert_eq!(summary.bytes as usize, given.len());
+        assert_eq!(summary.digest, Some(crate::artifact::ArtifactDigest::of(given)));
+    }
+}
+
+/// NUL anywhere in a line (PostgreSQL cannot store it) is a bad line, named by field.
+#[test]
+fn nul_anywhere_is_a_bad_line() {
+    let (bytes, _) = artifact(3, 1);
+    let lines: Vec<String> = String::from_utf8(bytes).unwrap().lines().map(str::to_string).collect();
+    for (line, from, to) in
+        [(2, "\"id\":\"m1\"", "\"id\":\"m\\u0000\""), (3, "\"k\":2", "\"k\\u0000\":2"), (4, "sky", "s\\u0000ky")]
+    {
+        let mut case = lines.clone();
+        assert!(case[line].contains(from), "{}", case[line]);
+        case[line] = case[line].replace(from, to);
+        let e = error(&lines_to_bytes(&case));
+        assert_eq!((e.code().as_str(), e.line), ("artifact_bad_line", line as u64 + 1), "{e}");
+        assert!(e.message.contains("NUL"), "{e}");
+    }
+}
+
 #[test]
 fn overlong_lines_are_rejected_without_buffering_them() {
     let mut decoder = Decoder::new();

@@ -182,8 +182,10 @@ pub fn search_fold(text: &str) -> String {
     text.to_lowercase()
 }
 
-/// A resource id must be non-empty and at most `MAX_RESOURCE_ID_CHARS` characters.
+/// A resource id must be non-empty, at most `MAX_RESOURCE_ID_CHARS` characters, and hold
+/// no NUL ([`super::nul`]).
 pub fn validate_resource_id(what: &str, id: &str) -> Result<(), String> {
+    super::nul::check_text(what, id)?;
     if id.trim().is_empty() {
         return Err(format!("{what} must not be empty"));
     }
@@ -205,6 +207,15 @@ pub fn validate_scope(scope: &ConversationScope) -> Result<(), String> {
             validate_resource_id(what, v)?;
         }
     }
+    for (what, ids) in [
+        ("scope.relations.agentIds", &scope.relations.agent_ids),
+        ("scope.relations.runtimeIds", &scope.relations.runtime_ids),
+        ("scope.relations.userIds", &scope.relations.user_ids),
+    ] {
+        for id in ids {
+            super::nul::check_text(what, id)?;
+        }
+    }
     Ok(())
 }
 
@@ -224,16 +235,28 @@ pub fn validate_append(records: &[ConversationRecord]) -> Result<(), String> {
         return Err(format!("an append carries at most {MAX_APPEND_MESSAGES} messages, got {}", records.len()));
     }
     for (i, r) in records.iter().enumerate() {
-        validate_resource_id(&format!("messages[{i}].id"), &r.id)?;
-        validate_scope(&r.scope).map_err(|e| format!("messages[{i}].{e}"))?;
-        validate_roles(std::slice::from_ref(&r.role)).map_err(|e| format!("messages[{i}]: {e}"))?;
-        // PostgreSQL text cannot hold NUL; refuse it everywhere so both engines agree.
-        if r.content.to_string().contains("\\u0000") || content_text(&r.content).contains('\0') {
-            return Err(format!("messages[{i}].content must not contain NUL characters"));
+        validate_record(r).map_err(|e| format!("messages[{i}].{e}"))?;
+    }
+    Ok(())
+}
+
+/// The rules of one record, wherever it comes from (an append, an inline import, an
+/// artifact line): its id, scope and role, no NUL in any of its text (name, toolCallId,
+/// content, metadata — [`super::nul`]), and a creation time that is not negative.
+/// `Err` starts with the field's name relative to the record (`id …`, `scope.userId …`).
+pub fn validate_record(r: &ConversationRecord) -> Result<(), String> {
+    validate_resource_id("id", &r.id)?;
+    validate_scope(&r.scope)?;
+    validate_roles(std::slice::from_ref(&r.role)).map_err(|e| format!("role: {e}"))?;
+    for (what, text) in [("name", &r.name), ("toolCallId", &r.tool_call_id)] {
+        if let Some(text) = text {
+            super::nul::check_text(what, text)?;
         }
-        if r.created_at_ms < 0 {
-            return Err(format!("messages[{i}].createdAtMs must not be negative"));
-        }
+    }
+    super::nul::check_value("content", &r.content)?;
+    super::nul::check_value("metadata", &r.metadata)?;
+    if r.created_at_ms < 0 {
+        return Err("createdAtMs must not be negative".into());
     }
     Ok(())
 }

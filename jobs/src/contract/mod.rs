@@ -6,12 +6,15 @@
 mod cursor;
 mod entries;
 mod messages;
+pub mod nul;
 mod operations;
+mod transfer;
 
 pub use cursor::*;
 pub use entries::*;
 pub use messages::*;
 pub use operations::*;
+pub use transfer::*;
 
 pub const SERVICE_NAME: &str = "agent-context-infra";
 pub const DEFAULT_PORT: u16 = 5120;

@@ -159,6 +159,9 @@ pub struct ContextMaintenanceStatus {
 pub struct ExportContextRequest {
     #[serde(default)]
     pub include_expired: bool,
+    /// Beyond the contract: export only some records (`transfer::ExportFilter`).
+    #[serde(default, skip_serializing_if = "super::ExportFilter::is_empty")]
+    pub filter: super::ExportFilter,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -171,6 +174,9 @@ pub struct ImportContextRequest {
     #[serde(default)]
     pub entries: Vec<ContextInsight>,
     pub idempotency_key: String,
+    /// Beyond the contract: rename conversations on the way in (`transfer::ConversationIdMap`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id_map: Option<super::ConversationIdMap>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

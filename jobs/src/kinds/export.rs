@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Kind, request_variant};
 use crate::artifact::{EncoderState, Finished};
-use crate::contract::{ContextOperationKind, ExportContextRequest};
+use crate::contract::{ContextOperationKind, ExportContextRequest, ExportFilter};
 
 pub struct Export;
 
@@ -14,6 +14,9 @@ pub struct Export;
 pub struct ExportArgs {
     #[serde(default)]
     pub include_expired: bool,
+    /// Only some records (absent: the whole tenant).
+    #[serde(default, skip_serializing_if = "ExportFilter::is_empty")]
+    pub filter: ExportFilter,
 }
 
 /// Committed with every batch of chunks: where the reads continue and the encoder's state
@@ -67,7 +70,9 @@ impl Kind for Export {
 }
 
 impl Export {
-    pub fn args(submission: ExportContextRequest) -> ExportArgs {
-        ExportArgs { include_expired: submission.include_expired }
+    /// Validate a submission; `Err` is a 400 message.
+    pub fn args(submission: ExportContextRequest) -> Result<ExportArgs, String> {
+        submission.filter.validate()?;
+        Ok(ExportArgs { include_expired: submission.include_expired, filter: submission.filter })
     }
 }

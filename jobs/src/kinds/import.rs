@@ -5,9 +5,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Kind, Rejection, request_variant};
+use crate::artifact::Record;
 use crate::contract::{
-    ContextInsight, ContextOperationKind, ConversationRecord, ImportContextRequest, MAX_APPEND_MESSAGES,
-    validate_append,
+    ContextInsight, ContextOperationKind, ConversationIdMap, ConversationRecord, ImportContextRequest,
+    MAX_APPEND_MESSAGES, validate_append,
 };
 use crate::entries::{EntryRuleError, validate_entry};
 
@@ -24,6 +25,10 @@ pub struct ImportArgs {
     pub messages: Vec<ConversationRecord>,
     #[serde(default)]
     pub entries: Vec<ContextInsight>,
+    /// Rename conversations on the way in (artifact imports; inline records are renamed
+    /// at submission).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id_map: Option<ConversationIdMap>,
 }
 
 /// Where an import stands. Validation writes nothing, so it has no checkpoint of its own:
@@ -86,6 +91,11 @@ impl Import {
     /// names a ready artifact of the tenant is the shell's check.
     pub fn args(submission: ImportContextRequest) -> Result<(ImportArgs, String), Rejection> {
         let key = crate::operation::validate_idempotency_key(&submission.idempotency_key)?;
+        let mut submission = submission;
+        let map = submission.conversation_id_map.take();
+        if let Some(map) = &map {
+            map.validate()?;
+        }
         let inline = !submission.messages.is_empty() || !submission.entries.is_empty();
         match (&submission.artifact_ref, inline) {
             (Some(_), true) => {
@@ -96,6 +106,15 @@ impl Import {
                 crate::ids::ArtifactId::parse(id).map_err(|e| Rejection::Invalid(e.to_string()))?;
             }
             (None, true) => {
+                // Inline records are renamed here, once, and validated as renamed.
+                if let Some(map) = &map {
+                    for (i, m) in submission.messages.iter_mut().enumerate() {
+                        map.message(m).map_err(|e| Rejection::Invalid(format!("messages[{i}]: {e}")))?;
+                    }
+                    for (i, e) in submission.entries.iter_mut().enumerate() {
+                        map.entry(e).map_err(|m| Rejection::Invalid(format!("entries[{i}]: {m}")))?;
+                    }
+                }
                 if !submission.messages.is_empty() {
                     validate_append(&submission.messages)?;
                 }
@@ -114,11 +133,24 @@ impl Import {
                 }
             }
         }
+        let conversation_id_map = if submission.artifact_ref.is_some() { map } else { None };
         let args = ImportArgs {
             artifact_ref: submission.artifact_ref,
             messages: submission.messages,
             entries: submission.entries,
+            conversation_id_map,
         };
         Ok((args, key))
+    }
+
+    /// An artifact record as this import writes it: renamed by the map, if any. The
+    /// validating pass and the importing pass both call this, so a rename that makes a
+    /// record invalid fails validation, before anything is written. `Err` is the reason.
+    pub fn prepare_record(args: &ImportArgs, record: &mut Record) -> Result<(), String> {
+        let Some(map) = &args.conversation_id_map else { return Ok(()) };
+        match record {
+            Record::Message(m) => map.message(m),
+            Record::Entry(e) => map.entry(e),
+        }
     }
 }

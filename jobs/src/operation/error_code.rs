@@ -46,6 +46,9 @@ codes! {
     /// The operation's deadline (`deadlineMs`, `timeoutMs` or the kind's default) passed
     /// before it finished; a queued one past its deadline never starts.
     DeadlineExceeded = "deadline_exceeded",
+    /// Only on the contract's paths, which have no `cancelled` state: a cancelled operation
+    /// shows as `failed` with this code (`operation::contract_form`).
+    Cancelled = "cancelled",
     // ---- rebuild_vector ----
     /// The embeddings provider refused the input or replied with something undecodable.
     EmbeddingFailed = "embedding_failed",

@@ -81,8 +81,10 @@ pub enum Transition<'a> {
     Succeed { result: &'a str, progress: Option<&'a Progress> },
     /// → `failed` with a stable code and a message.
     Fail { code: ErrorCode, message: &'a str },
-    /// → `cancelled`: the job stopped at a batch boundary after a cancel request.
-    Cancelled,
+    /// → `cancelled`: the job stopped at a batch boundary after a cancel request, with
+    /// what it had done so far as its `result` when its kind reports that (a delete's
+    /// counts).
+    Cancelled { result: Option<&'a str> },
     /// → `queued`, not before `not_before_ms` (a transient failure, backed off).
     Retry { not_before_ms: i64, code: ErrorCode, message: &'a str },
     /// → `queued` at once, this attempt not counted (graceful shutdown; a pause, which
@@ -126,7 +128,7 @@ impl Transition<'_> {
             | Self::RequestCancel => State::Running,
             Self::Succeed { .. } => State::Succeeded,
             Self::Fail { .. } | Self::Expire => State::Failed,
-            Self::Cancelled | Self::CancelQueued => State::Cancelled,
+            Self::Cancelled { .. } | Self::CancelQueued => State::Cancelled,
             Self::Retry { .. }
             | Self::Release { .. }
             | Self::Defer { .. }
@@ -163,7 +165,7 @@ impl Transition<'_> {
             Self::Checkpoint { progress, .. } => Some(progress.phase),
             Self::Succeed { .. } => Some(phase::DONE),
             Self::Fail { .. } | Self::Expire => Some(phase::FAILED),
-            Self::Cancelled | Self::CancelQueued => Some(phase::CANCELLED),
+            Self::Cancelled { .. } | Self::CancelQueued => Some(phase::CANCELLED),
             Self::Retry { .. } => Some(phase::RETRYING),
             Self::Release { phase } => *phase,
             Self::Defer { phase, .. } => Some(phase),
@@ -208,8 +210,10 @@ pub enum AttemptEnd<'a> {
         committed: bool,
         progress: Option<&'a Progress>,
     },
-    /// The job stopped at a boundary after a cancel request.
-    Cancelled,
+    /// The job stopped at a boundary after a cancel request (`result`: what it did so far).
+    Cancelled {
+        result: Option<&'a str>,
+    },
     /// The process is shutting down: the job stopped at a boundary.
     ShuttingDown,
     /// The kind was paused (for everyone or for this tenant): the job stopped at a boundary.
@@ -242,7 +246,7 @@ pub fn decide<'a>(
     match *end {
         AttemptEnd::Succeeded { committed: true, .. } | AttemptEnd::LostLease => None,
         AttemptEnd::Succeeded { result, committed: false, progress } => Some(Transition::Succeed { result, progress }),
-        AttemptEnd::Cancelled => Some(Transition::Cancelled),
+        AttemptEnd::Cancelled { result } => Some(Transition::Cancelled { result }),
         AttemptEnd::ShuttingDown => Some(Transition::Release { phase: None }),
         AttemptEnd::Paused => Some(Transition::Release { phase: Some(crate::operation::schedule::phase::PAUSED) }),
         AttemptEnd::Deferred { until_ms, phase } => Some(Transition::Defer { not_before_ms: until_ms, phase }),
@@ -285,7 +289,7 @@ mod tests {
         assert!(!Transition::Heartbeat { lease_until_ms: 1 }.bumps_version());
         assert_eq!(Transition::CancelQueued.from(), QUEUED);
         assert!(!Transition::RequestCancel.fenced());
-        for t in [Transition::Succeed { result: "{}", progress: None }, Transition::Cancelled] {
+        for t in [Transition::Succeed { result: "{}", progress: None }, Transition::Cancelled { result: None }] {
             assert!(t.is_terminal() && t.fenced());
         }
         assert_eq!(Transition::Fail { code: ErrorCode::Internal, message: "" }.outcome(), Some("failed"));
@@ -317,7 +321,15 @@ mod tests {
         let defer = decide(&deferred, 1, &p, 0.0, 0).unwrap();
         assert_eq!(defer, Transition::Defer { not_before_ms: 9, phase: "waiting_for_rate_limit" });
         assert!(defer.fenced() && defer.ends_attempt() && defer.to() == State::Queued);
-        assert_eq!(decide(&AttemptEnd::Cancelled, 1, &p, 0.0, 0), Some(Transition::Cancelled));
+        assert_eq!(
+            decide(&AttemptEnd::Cancelled { result: None }, 1, &p, 0.0, 0),
+            Some(Transition::Cancelled { result: None })
+        );
+        let partial = r#"{"deletedMessages":3}"#;
+        assert_eq!(
+            decide(&AttemptEnd::Cancelled { result: Some(partial) }, 1, &p, 0.0, 0),
+            Some(Transition::Cancelled { result: Some(partial) })
+        );
         let transient = AttemptEnd::Transient { message: "db down" };
         assert_eq!(
             decide(&transient, 2, &p, 0.0, 10_000),

@@ -3,6 +3,7 @@
 //! policy, the polling hints clients get, and the submission rules every kind shares.
 //! The shell runs this against the database; nothing here does I/O.
 
+pub mod contract_form;
 pub mod error_code;
 pub mod limits;
 pub mod machine;
@@ -22,9 +23,11 @@ pub use retry::RetryPolicy;
 use crate::contract::MAX_RESOURCE_ID_CHARS;
 pub use crate::kinds::OperationRequest;
 
-/// An idempotency key: 1–191 characters, not blank, no NUL. `Err` is a 400 message.
+/// An idempotency key: 1–191 characters, not blank, no NUL ([`crate::contract::nul`]).
+/// `Err` is a 400 message.
 pub fn validate_idempotency_key(key: &str) -> Result<String, String> {
-    if key.trim().is_empty() || key.chars().count() > MAX_RESOURCE_ID_CHARS || key.contains('\0') {
+    crate::contract::nul::check_text("idempotencyKey", key)?;
+    if key.trim().is_empty() || key.chars().count() > MAX_RESOURCE_ID_CHARS {
         return Err(format!("idempotency key must be 1..={MAX_RESOURCE_ID_CHARS} characters"));
     }
     Ok(key.to_string())

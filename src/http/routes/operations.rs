@@ -1,5 +1,6 @@
 //! The operations resource. Contract paths: `conversations/delete`, `conversations/retention`,
-//! `operations` (POST `{operationId}`), `maintenance/status`. Beside them, REST-style
+//! `operations` (POST `{operationId}`), `advanced-operations`, `maintenance/status` — these
+//! answer in the contract's vocabulary (`context_jobs::operation::contract_form`). Beside them, REST-style
 //! extras returning the same JSON: `GET operations/{id}` (ETag, 304, Retry-After),
 //! `GET operations/{id}/wait` (long poll), `GET operations` (cursor-paged list),
 //! `POST operations/{id}/cancel`, `DELETE operations/{id}` (forget), and
@@ -24,11 +25,13 @@ use crate::store::operations::{self as ops, OperationRow, SubmitEffect, dispatch
 use crate::store::{maintenance, now_ms};
 use context_jobs::contract::{
     CONTEXT_ADVANCED_OPERATIONS_PATH, CONTEXT_OPERATIONS_PATH, CONVERSATION_DELETE_PATH, ContextMaintenanceStatus,
-    ContextOperationKind, DeletionOperation, GetContextOperationRequest, MAINTENANCE_STATUS_PATH, RETENTION_PATH,
+    ContextOperationKind, GetContextOperationRequest, MAINTENANCE_STATUS_PATH, RETENTION_PATH,
 };
 use context_jobs::ids::OperationId;
 use context_jobs::kinds::delete::Delete;
 use context_jobs::kinds::retention::Retention;
+use context_jobs::operation::contract_form::{contract_form, deletion_form};
+use context_jobs::operation::view::OperationView;
 use context_jobs::operation::{SubmitOptions, Transition, etag, retry_after_secs, validate_idempotency_key};
 
 const MAX_WAIT_MS: u64 = 30_000;
@@ -56,9 +59,27 @@ pub async fn load(state: &AppState, caller: &Caller, id: &OperationId) -> ApiRes
         .ok_or_else(|| AppError::NotFound(format!("operation {id} not found")))
 }
 
-/// The operation as JSON with its polling headers: ETag always, Retry-After while live.
+/// The operation as JSON with its polling headers: ETag always, Retry-After while live —
+/// in the full vocabulary (the REST forms and this service's own paths).
 pub fn operation_response(status: StatusCode, op: &OperationRow) -> Response {
-    let view = op.to_view(now_ms());
+    respond(status, op, op.to_view(now_ms()))
+}
+
+/// The operation on one of the contract's own paths: in the contract's vocabulary
+/// (`context_jobs::operation::contract_form`), so a client built on the contract's DTOs
+/// parses it whatever the kind and state.
+pub fn contract_operation_response(status: StatusCode, op: &OperationRow) -> Response {
+    let mut view = op.to_view(now_ms());
+    view.operation = contract_form(view.operation);
+    respond(status, op, view)
+}
+
+/// A contract path's answer for a conversation deletion (`delete`, `retention`).
+fn deletion_response(op: &OperationRow) -> Response {
+    submitted_response(op, ApiJson(deletion_form(op.to_contract(now_ms()))).into_response())
+}
+
+fn respond(status: StatusCode, op: &OperationRow, view: OperationView) -> Response {
     let mut response = (status, ApiJson(&view)).into_response();
     let headers = response.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&etag(op.id.as_str(), view.operation.version)) {
@@ -77,16 +98,7 @@ async fn delete_conversation(
     ApiJson(request): ApiJson<serde_json::Value>,
 ) -> ApiResult<Response> {
     let op = submit_kind::<Delete>(&state, &caller, &headers, request).await?;
-    let view = op.to_contract(now_ms());
-    let body = DeletionOperation {
-        id: view.id.clone(),
-        state: view.state.as_str().to_string(),
-        deleted_messages: view.processed,
-        created_at_ms: view.created_at_ms,
-        next_poll_after_ms: view.next_poll_after_ms,
-        error_code: view.error_code.clone(),
-    };
-    Ok(submitted_response(&op, ApiJson(body).into_response()))
+    Ok(deletion_response(&op))
 }
 
 async fn retention(
@@ -96,7 +108,7 @@ async fn retention(
     ApiJson(request): ApiJson<serde_json::Value>,
 ) -> ApiResult<Response> {
     let op = submit_kind::<Retention>(&state, &caller, &headers, request).await?;
-    Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
+    Ok(deletion_response(&op))
 }
 
 #[derive(Deserialize)]
@@ -138,7 +150,7 @@ async fn advanced(
         not_before_ms: body.not_before_ms,
     };
     let op = submit_prepared(&state, &caller, prepared, key, &options).await?;
-    Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
+    Ok(submitted_response(&op, contract_operation_response(StatusCode::ACCEPTED, &op)))
 }
 
 async fn get_by_body(
@@ -148,7 +160,7 @@ async fn get_by_body(
 ) -> ApiResult<Response> {
     let id = OperationId::parse(&request.operation_id)?;
     let op = load(&state, &caller, &id).await?;
-    Ok(operation_response(StatusCode::OK, &op))
+    Ok(contract_operation_response(StatusCode::OK, &op))
 }
 
 async fn get_one(

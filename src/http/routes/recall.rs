@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::post;
 
-use super::operations::operation_response;
+use super::operations::contract_operation_response;
 use super::submit::{submit_kind, submitted_response};
 use crate::http::AppState;
 use crate::http::auth::Caller;
@@ -35,5 +35,5 @@ async fn rebuild(
     ApiJson(request): ApiJson<serde_json::Value>,
 ) -> ApiResult<Response> {
     let op = submit_kind::<RebuildVector>(&state, &caller, &headers, request).await?;
-    Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
+    Ok(submitted_response(&op, contract_operation_response(StatusCode::ACCEPTED, &op)))
 }

@@ -45,7 +45,7 @@ const PAGES_AHEAD: usize = 2;
 
 impl Job for Export {
     async fn prepare(_: &SubmitCtx<'_>, submission: ExportContextRequest) -> Result<Prepared, SubmitError> {
-        Ok(Prepared::plain::<Export>(Export::args(submission)))
+        Ok(Prepared::plain::<Export>(Export::args(submission)?))
     }
 
     async fn run(ctx: &JobCtx, args: ExportArgs) -> Result<Finish<ExportResult>, JobError> {
@@ -65,7 +65,7 @@ impl Job for Export {
         let (checkpoint, total, processed) = match saved {
             Some(saved) => (saved, ctx.operation.total, ctx.operation.processed),
             None => {
-                let (checkpoint, total) = start(ctx).await?;
+                let (checkpoint, total) = start(ctx, &args).await?;
                 (checkpoint, total, 0)
             }
         };
@@ -75,9 +75,13 @@ impl Job for Export {
 
 /// First run: create the artifact, name it on the operation, and checkpoint the header
 /// with the expected record count. Returns the checkpoint and that total.
-async fn start(ctx: &JobCtx) -> Result<(ExportCheckpoint, i64), JobError> {
+async fn start(ctx: &JobCtx, args: &ExportArgs) -> Result<(ExportCheckpoint, i64), JobError> {
     let tenant = ctx.tenant();
-    let total = messages::count_estimate(&ctx.db, tenant).await?;
+    let total = if args.filter.is_empty() {
+        messages::count_estimate(&ctx.db, tenant).await?
+    } else {
+        artifacts::export_filter::count_messages(&ctx.db, tenant, &args.filter).await?
+    };
     let artifact_id = ArtifactId::from_ulid(ulid::Ulid::generate());
     let header = Header::new(tenant.as_str(), ctx.operation.created_at_ms);
     let mut encoder = Encoder::new(ctx.config.artifacts.artifact_chunk_bytes, &header);
@@ -199,6 +203,7 @@ fn spawn_reader(
     let db = ctx.db.clone();
     let tenant = ctx.tenant().clone();
     let include_expired = args.include_expired;
+    let filter = args.filter.clone();
     let batch = ctx.batch_size().max(1) as usize;
     let after_message = checkpoint.after_message.clone();
     let mut after_entry = checkpoint.after_entry.clone();
@@ -206,7 +211,7 @@ fn spawn_reader(
     tokio::spawn(async move {
         if section == Section::Messages {
             let after = after_message.as_ref().map(|(c, s)| (c.as_str(), *s));
-            let read = export_pages::for_each_page(&db, &tenant, after, batch, |page| {
+            let read = export_pages::for_each_page(&db, &tenant, &filter, after, batch, |page| {
                 let tx = tx.clone();
                 async move { tx.send(Ok(Page::Messages(page))).await.is_ok() }
             })
@@ -217,14 +222,22 @@ fn spawn_reader(
             }
         }
         loop {
-            let page =
-                match entries::reads::export_page(&db, &tenant, include_expired, after_entry.as_deref(), batch).await {
-                    Ok(page) => page,
-                    Err(e) => {
-                        let _ = tx.send(Err(e.into())).await;
-                        return;
-                    }
-                };
+            let page = match entries::reads::export_page(
+                &db,
+                &tenant,
+                include_expired,
+                &filter,
+                after_entry.as_deref(),
+                batch,
+            )
+            .await
+            {
+                Ok(page) => page,
+                Err(e) => {
+                    let _ = tx.send(Err(e.into())).await;
+                    return;
+                }
+            };
             let Some(last) = page.last() else { return };
             after_entry = Some(last.id.clone());
             let full = page.len() >= batch;

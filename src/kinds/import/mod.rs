@@ -23,7 +23,7 @@ use crate::store::artifacts::{self, ArtifactRow};
 use crate::store::operations::Lease;
 use crate::store::operations::transitions::{self, Signals};
 use crate::store::{Db, StoreError, entries, messages};
-use context_jobs::artifact::{DecodeError, Decoder};
+use context_jobs::artifact::{DecodeError, Decoded, Decoder};
 use context_jobs::contract::{ContextInsight, ConversationRecord, ImportContextRequest};
 use context_jobs::ids::{ArtifactId, TenantKey};
 use context_jobs::kinds::import::{
@@ -58,7 +58,7 @@ impl Job for Import {
             return Ok(Finish::Done(done.into()));
         }
         let result = match &args.artifact_ref {
-            Some(id) => from_artifact(ctx, &ArtifactId::from_stored(id.as_str()), checkpoint).await?,
+            Some(id) => from_artifact(ctx, &args, &ArtifactId::from_stored(id.as_str()), checkpoint).await?,
             None => inline(ctx, &args.messages, &args.entries).await?,
         };
         Ok(Finish::Done(result))
@@ -85,6 +85,7 @@ async fn inline(
 
 async fn from_artifact(
     ctx: &JobCtx,
+    args: &ImportArgs,
     id: &ArtifactId,
     checkpoint: Option<ImportCheckpoint>,
 ) -> Result<ImportResult, JobError> {
@@ -94,19 +95,20 @@ async fn from_artifact(
     let (checkpoint, total) = match checkpoint {
         Some(c) => (c, ctx.operation.total.max(0) as u64),
         None => {
-            let total = validate(ctx, &artifact).await?;
+            let total = validate(ctx, args, &artifact).await?;
             let checkpoint = ImportCheckpoint::default();
             let progress = progress(PHASE_IMPORTING, &checkpoint, total)?;
             ctx.save_progress(&progress).await?;
             (checkpoint, total)
         }
     };
-    import(ctx, &artifact, checkpoint, total).await
+    import(ctx, args, &artifact, checkpoint, total).await
 }
 
-/// Stream the whole artifact through the decoder and the digest; nothing is written.
+/// Stream the whole artifact through the decoder and the digest, each record prepared as
+/// the importing pass will write it (`Import::prepare_record`); nothing is written.
 /// Returns the number of records.
-async fn validate(ctx: &JobCtx, artifact: &ArtifactRow) -> Result<u64, JobError> {
+async fn validate(ctx: &JobCtx, args: &ImportArgs, artifact: &ArtifactRow) -> Result<u64, JobError> {
     let progress = Progress { phase: PHASE_VALIDATING, processed: 0, total: 0, checkpoint: None };
     ctx.save_progress(&progress).await?;
     let mut pieces = spawn_fetcher(&ctx.db, artifact, 0);
@@ -114,6 +116,9 @@ async fn validate(ctx: &JobCtx, artifact: &ArtifactRow) -> Result<u64, JobError>
     let mut scratch = Vec::new();
     while let Some(piece) = pieces.recv().await {
         decoder.feed(&piece?, &mut scratch).map_err(malformed)?;
+        for decoded in &mut scratch {
+            prepare(args, decoded)?;
+        }
         scratch.clear();
         if ctx.shutdown.is_cancelled() {
             return Err(JobError::ShuttingDown);
@@ -129,11 +134,12 @@ async fn validate(ctx: &JobCtx, artifact: &ArtifactRow) -> Result<u64, JobError>
 /// they commit in order).
 async fn import(
     ctx: &JobCtx,
+    args: &ImportArgs,
     artifact: &ArtifactRow,
     mut checkpoint: ImportCheckpoint,
     total: u64,
 ) -> Result<ImportResult, JobError> {
-    let mut batches = spawn_decoder(ctx, artifact, &checkpoint);
+    let mut batches = spawn_decoder(ctx, args, artifact, &checkpoint);
     let mut inflight: Option<Write> = None;
     while let Some(batch) = batches.recv().await {
         let batch = batch?;
@@ -198,6 +204,13 @@ fn progress(phase: &'static str, checkpoint: &ImportCheckpoint, total: u64) -> R
         processed: processed as i64,
         total: total.max(processed) as i64,
         checkpoint: Some(encode(checkpoint)?),
+    })
+}
+
+/// A record as the import writes it (renamed), or the line's failure.
+pub(super) fn prepare(args: &ImportArgs, decoded: &mut Decoded) -> Result<(), JobError> {
+    Import::prepare_record(args, &mut decoded.record).map_err(|e| {
+        JobError::permanent(ErrorCode::ArtifactBadLine, format!("malformed artifact: line {}: {e}", decoded.line))
     })
 }
 

@@ -7,14 +7,14 @@ use std::sync::atomic::Ordering;
 
 use tokio::sync::mpsc;
 
-use super::{malformed, write_batch};
+use super::{malformed, prepare, write_batch};
 use crate::kinds::job::{JobCtx, JobError};
 use crate::store::Db;
 use crate::store::artifacts::{ArtifactRow, ChunkReader};
 use crate::store::operations::transitions::Signals;
 use context_jobs::artifact::{Decoded, Decoder, Record};
 use context_jobs::contract::{ContextInsight, ConversationRecord};
-use context_jobs::kinds::import::ImportCheckpoint;
+use context_jobs::kinds::import::{ImportArgs, ImportCheckpoint};
 
 /// One batch of decoded records and where it ends.
 pub(super) struct Batch {
@@ -30,6 +30,7 @@ pub(super) struct Batch {
 /// final batch (possibly empty) says it is the last.
 pub(super) fn spawn_decoder(
     ctx: &JobCtx,
+    args: &ImportArgs,
     artifact: &ArtifactRow,
     checkpoint: &ImportCheckpoint,
 ) -> mpsc::Receiver<Result<Batch, JobError>> {
@@ -41,6 +42,7 @@ pub(super) fn spawn_decoder(
     } else {
         Decoder::resume(checkpoint.offset, checkpoint.line, checkpoint.messages_read, checkpoint.entries_read)
     });
+    let args = args.clone();
     tokio::spawn(async move {
         let mut pending: Vec<Decoded> = Vec::new();
         loop {
@@ -58,7 +60,11 @@ pub(super) fn spawn_decoder(
                 }
             }
             let mut next = Batch { messages: Vec::new(), entries: Vec::new(), end: None, last: false };
-            for d in pending.drain(..pending.len().min(batch)) {
+            for mut d in pending.drain(..pending.len().min(batch)) {
+                if let Err(e) = prepare(&args, &mut d) {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
                 next.end = Some((d.end_offset, d.line));
                 match d.record {
                     Record::Message(m) => next.messages.push(m),

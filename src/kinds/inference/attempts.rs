@@ -94,7 +94,11 @@ async fn admit(
         let wait_ms = match ctx.limiter.admit(ctx.tenant(), model, estimate).await {
             Ok(Ok(admitted)) => return Ok(admitted),
             Ok(Err(wait_ms)) => wait_ms,
-            Err(e) => return Err(JobError::transient(format!("the rate limiter is unavailable: {e:#}"))),
+            Err(e) => {
+                // Its store's text (Redis or the database) goes to the log, not the operation.
+                tracing::warn!(operation = %ctx.operation.id, error = format!("{e:#}"), "rate limiter unavailable");
+                return Err(JobError::transient("the rate limiter is unavailable"));
+            }
         };
         metrics::counter!(crate::metrics::RATE_LIMIT_WAITS, "outcome" => if wait_ms > DEFER_AFTER_MS { "deferred" } else { "waited" })
             .increment(1);

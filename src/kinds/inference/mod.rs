@@ -56,7 +56,7 @@ impl Job for Inference {
         let label = match &outcome {
             Ok(result) => Some(result.outcome.as_str()),
             Err(JobError::Permanent { code, .. }) => Some(code.as_str()),
-            Err(JobError::Cancelled) => Some(ContextOperationState::Cancelled.as_str()),
+            Err(JobError::Cancelled | JobError::CancelledWith(_)) => Some(ContextOperationState::Cancelled.as_str()),
             Err(_) => None,
         };
         if let Some(label) = label {

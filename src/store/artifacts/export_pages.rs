@@ -9,8 +9,10 @@
 use futures::TryStreamExt as _;
 use sqlx::{AssertSqlSafe, Row as _};
 
-use crate::store::{Db, StoreError, StoreResult};
+use super::export_filter::{self, literal};
+use crate::store::{Db, Engine, StoreError, StoreResult};
 use context_jobs::artifact::StoredColumns;
+use context_jobs::contract::ExportFilter;
 use context_jobs::ids::TenantKey;
 
 /// Text columns kept per row, in this order.
@@ -106,6 +108,7 @@ const SELECT: &str = "SELECT conversation_id, id, role, scope, content, name, to
 pub async fn for_each_page<F, Fut>(
     db: &Db,
     tenant: &TenantKey,
+    filter: &ExportFilter,
     after: Option<(&str, i64)>,
     page_rows: usize,
     mut deliver: F,
@@ -116,14 +119,15 @@ where
 {
     let (after_conversation, after_sequence) = after.unwrap_or(("", i64::MIN));
     let page_rows = page_rows.max(1);
+    let and = export_filter::predicate(db.engine(), tenant, filter);
     match db {
         Db::Postgres(pool) => {
             // COPY takes no parameters: the three values are written as escaped literals.
             let sql = format!(
-                "COPY ({SELECT} WHERE tenant = {} AND (conversation_id, sequence) > ({}, {after_sequence}) \
+                "COPY ({SELECT} WHERE tenant = {} AND (conversation_id, sequence) > ({}, {after_sequence}){and} \
                  ORDER BY conversation_id ASC, sequence ASC) TO STDOUT",
-                pg_literal(tenant.as_str()),
-                pg_literal(after_conversation),
+                literal(Engine::Postgres, tenant.as_str()),
+                literal(Engine::Postgres, after_conversation),
             );
             let mut conn = pool.acquire().await?;
             let mut stream = conn.copy_out_raw(&sql).await?;
@@ -147,7 +151,7 @@ where
         }
         Db::Sqlite(pool) => {
             let sql = format!(
-                "{SELECT} WHERE tenant = $1 AND (conversation_id, sequence) > ($2, $3) \
+                "{SELECT} WHERE tenant = $1 AND (conversation_id, sequence) > ($2, $3){and} \
                  ORDER BY conversation_id ASC, sequence ASC LIMIT {page_rows}"
             );
             let mut position = (after_conversation.to_string(), after_sequence);
@@ -175,22 +179,6 @@ where
             }
         }
     }
-}
-
-/// A string literal PostgreSQL reads back as `s` whatever `standard_conforming_strings`
-/// says: the `E'…'` form, with backslashes and quotes doubled.
-fn pg_literal(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 3);
-    out.push_str("E'");
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("''"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
 }
 
 /// Builds a [`StoredPage`] from `COPY … TO STDOUT` text-format data: rows end with `\n`,
@@ -356,6 +344,5 @@ mod tests {
         let mut out = Vec::new();
         unescape_into(&mut out, b"\\101\\x42\\b\\z");
         assert_eq!(out, b"AB\x08z");
-        assert_eq!(pg_literal("it's a \\ path"), "E'it''s a \\\\ path'");
     }
 }

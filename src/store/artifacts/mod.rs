@@ -7,6 +7,7 @@
 //! start offset, so the chunk holding byte `n` is the last one starting at or before `n`.
 
 pub mod chunks;
+pub mod export_filter;
 pub mod export_pages;
 pub mod exports;
 pub mod uploads;

@@ -90,6 +90,28 @@ pub fn is_transient(e: &sqlx::Error) -> bool {
     }
 }
 
+/// Why a transient error (see [`is_transient`]) happened, in fixed words: what an
+/// operation's `error` says while it waits to retry. The driver's own text stays in the log
+/// (it can name internals and quote data).
+pub fn transient_reason(e: &sqlx::Error) -> &'static str {
+    match e {
+        sqlx::Error::PoolTimedOut => "timed out waiting for a database connection",
+        sqlx::Error::PoolClosed => "the database pool is closed",
+        sqlx::Error::Io(_) => "the database connection failed (I/O error)",
+        sqlx::Error::Database(db) => match db.code().unwrap_or_default().as_ref() {
+            "40001" => "the database aborted the transaction (serialization failure)",
+            "40P01" => "the database aborted the transaction (deadlock detected)",
+            "57P01" | "57P02" | "57P03" => {
+                "the database terminated the connection (administrator command, crash or restart)"
+            }
+            "53300" => "the database has too many connections",
+            code if code.starts_with("08") => "the database connection failed",
+            _ => "the database is busy (locked by another writer)",
+        },
+        _ => "the database was unavailable",
+    }
+}
+
 /// The URL with any password replaced, for log lines and error messages.
 pub fn redact_url(url: &str) -> String {
     let Some(scheme) = url.find("://") else { return url.to_string() };

@@ -5,7 +5,7 @@ use sqlx::AssertSqlSafe;
 
 use super::{ENTRY_COLUMNS, EntryRow, entry_from_row};
 use crate::store::{Db, StoreError, StoreResult, now_ms, placeholders, query};
-use context_jobs::contract::ContextInsight;
+use context_jobs::contract::{ContextInsight, ExportFilter};
 use context_jobs::entries::status_str;
 use context_jobs::ids::TenantKey;
 
@@ -60,13 +60,15 @@ pub async fn export_page(
     db: &Db,
     tenant: &TenantKey,
     include_expired: bool,
+    only: &ExportFilter,
     after_id: Option<&str>,
     limit: usize,
 ) -> StoreResult<Vec<ContextInsight>> {
     let filter =
         if include_expired { "" } else { " AND status <> $4 AND (expires_at_ms IS NULL OR expires_at_ms >= $5)" };
+    let only = crate::store::artifacts::export_filter::predicate(db.engine(), tenant, only);
     let sql = format!(
-        "SELECT {ENTRY_COLUMNS} FROM context_entries WHERE tenant = $1 AND id > $2{filter} ORDER BY id ASC LIMIT $3"
+        "SELECT {ENTRY_COLUMNS} FROM context_entries WHERE tenant = $1 AND id > $2{filter}{only} ORDER BY id ASC LIMIT $3"
     );
     let mut q = query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(after_id.unwrap_or("")).bind(limit as i64);
     if !include_expired {

@@ -52,6 +52,15 @@ async fn corrupted_artifacts_fail_and_write_nothing(app: TestApp) {
     let mut miscounted = lines.clone();
     miscounted.remove(29);
     cases.push(("a record missing", miscounted, "artifact_truncated", 31));
+    // A NUL late in the artifact (PostgreSQL cannot store it): the validating pass refuses
+    // it like the importing pass would, so nothing is written on either engine.
+    let mut nul = lines.clone();
+    nul[28] = nul[28].replace("\"id\":\"bad-027\"", "\"id\":\"bad-\\u0000\"");
+    assert!(nul[28].contains("\\u0000"), "{}", nul[28]);
+    cases.push(("a NUL in a late message id", nul, "artifact_bad_line", 29));
+    let mut nul_content = lines.clone();
+    nul_content[27] = nul_content[27].replace("text 26", "text\\u000026");
+    cases.push(("a NUL in a late message's content", nul_content, "artifact_bad_line", 28));
     let mut v9 = lines.clone();
     v9[0] = header_line(&Header { schema_version: 9, ..Header::new("t", 1) });
     cases.push(("schema version 9", v9, "artifact_unknown_schema", 1));

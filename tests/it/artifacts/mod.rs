@@ -1,7 +1,8 @@
 //! Export and import over real HTTP on both backends: round trips in place (`export`) and
 //! into another deployment through an upload (`upload`), chunked download and the artifact
 //! lifecycle (`download`), upload offset, base64 and digest checks (`upload`), corrupted
-//! artifacts of every kind and inline imports (`import`), tenant walls (`tenants`), and
+//! artifacts of every kind and inline imports (`import`), tenant walls (`tenants`), export
+//! filters and renaming imports (`transfer`), and
 //! SIGKILL of the real binary mid-export and mid-import (`faults`).
 
 use base64::Engine as _;
@@ -21,6 +22,7 @@ mod export;
 mod faults;
 mod import;
 mod tenants;
+mod transfer;
 mod upload;
 
 const ARTIFACTS: &str = "/internal/v1/context/export-artifacts";

@@ -1,6 +1,6 @@
 //! Uploads: offsets, base64 and digest are checked piece by piece and at the seal, a sealed
 //! upload reads like an export, and an artifact downloaded from one deployment and uploaded
-//! to a fresh one imports there to the same records.
+//! to a fresh one imports there to the same records — also from SQLite into PostgreSQL.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -11,7 +11,7 @@ use super::{
     ARTIFACTS, FINALIZE, GET, IMPORTS, UPLOAD_CHUNK, UPLOADS, artifact_lines, download, export, import, join_lines,
     seed, small_config, split_header, upload,
 };
-use crate::harness::{OperationExt as _, TestApp, assert_api_error};
+use crate::harness::{Backend, OperationExt as _, TestApp, assert_api_error};
 
 async fn uploads_check_offsets_base64_and_digest(app: TestApp) {
     let bytes = join_lines(&artifact_lines("up", 5));
@@ -77,10 +77,22 @@ async fn uploads_check_offsets_base64_and_digest(app: TestApp) {
 /// An artifact downloaded from one deployment, uploaded to a fresh one and imported there:
 /// the new deployment exports the same records.
 async fn upload_into_another_deployment(app: TestApp) {
+    let other = TestApp::start(app.backend).await;
+    move_between(app, other).await;
+}
+
+/// The same move from an embedded (SQLite) deployment into a PostgreSQL one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_export_imports_into_postgres() {
+    let from = small_config(Backend::Sqlite).await;
+    let to = small_config(Backend::Postgres).await;
+    move_between(from, to).await;
+}
+
+async fn move_between(app: TestApp, other: TestApp) {
     seed(&app).await;
     let op = export(&app).await;
     let bytes = download(&app, op.artifact_ref.as_deref().unwrap(), 777).await;
-    let other = TestApp::start(app.backend).await;
     let uploaded = upload(&other, &bytes, 1000).await;
     let (status, info) = other.get(&format!("{ARTIFACTS}/{uploaded}")).await;
     assert_eq!(status, 200);

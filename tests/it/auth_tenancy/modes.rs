@@ -163,6 +163,11 @@ async fn jwt_mode_accepts_only_valid_gateway_tokens() {
         ("empty tenant", mint(&claims("", "p1"))),
         ("'/' in tenant", mint(&claims("t1/p1", "x"))),
         ("'/' in project", mint(&claims("t1", "p1/x"))),
+        ("not valid for another hour (nbf)", mint(&with(json!({"nbf": now_secs() + 3600})))),
+        ("not valid for two minutes (nbf past the leeway)", mint(&with(json!({"nbf": now_secs() + 120})))),
+        ("NUL in tenant", mint(&claims("t\u{0}1", "p1"))),
+        ("NUL in project", mint(&claims("t1", "p\u{0}1"))),
+        ("NUL in subject", mint(&with(json!({"sub": "s\u{0}"})))),
         ("not a JWT", "tok-not-a-jwt".into()),
         ("tampered signature", format!("{}x", &valid[..valid.len() - 1])),
     ];
@@ -173,6 +178,11 @@ async fn jwt_mode_accepts_only_valid_gateway_tokens() {
     }
     let (status, body) = app.post(RECENT, &recent).await;
     assert_api_error(status, &body, 401);
+    // `nbf` has the same leeway as `exp`: a clock a little behind the gateway's is fine.
+    for nbf in [now_secs() - 600, now_secs() + 30] {
+        let (status, body) = app.post_as(Some(&mint(&with(json!({"nbf": nbf})))), RECENT, &recent).await;
+        assert_eq!(status, 200, "nbf {nbf} is within the leeway: {body}");
+    }
 
     assert_health_is_public(&app).await;
     let (status, text) = get_as(&app, None, "/metrics").await;

@@ -61,13 +61,13 @@ async fn import_then_export(backend: Backend) {
     assert_eq!(import(&db, &tenant, &items[..2]).await, (0, 2), "existing ids are skipped");
     assert_eq!(import(&db, &other, &items[..1]).await, (1, 0), "tenants are separate");
 
-    let all = entries::reads::export_page(&db, &tenant, true, None, 100).await.unwrap();
+    let all = entries::reads::export_page(&db, &tenant, true, &Default::default(), None, 100).await.unwrap();
     assert_eq!(all.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["e1", "e2", "e3", "e4"]);
     assert_eq!(all[0], items[1], "kept exactly as given");
     assert_eq!(all[2], items[0]);
-    let live = entries::reads::export_page(&db, &tenant, false, None, 100).await.unwrap();
+    let live = entries::reads::export_page(&db, &tenant, false, &Default::default(), None, 100).await.unwrap();
     assert_eq!(live.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["e1", "e3"]);
-    let page = entries::reads::export_page(&db, &tenant, true, Some("e2"), 1).await.unwrap();
+    let page = entries::reads::export_page(&db, &tenant, true, &Default::default(), Some("e2"), 1).await.unwrap();
     assert_eq!(page.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["e3"]);
 
     let history = entries::reads::history(&db, &tenant, "e3").await.unwrap();

@@ -171,3 +171,33 @@ async fn a_failed_reply_with_server_error_is_retried() {
     assert_well_formed(&received);
     app.stop().await;
 }
+
+/// A successful reply that echoes the API key (in its text, a tool call, reasoning, an
+/// id) is stored with the key scrubbed everywhere: the result, the appended reply and its
+/// metadata — on both engines. A NUL in the reply (which PostgreSQL cannot store) is
+/// replaced, so the turn succeeds on both alike.
+async fn a_reply_echoing_the_key_is_scrubbed(backend: crate::harness::Backend) {
+    let echo = completed(vec![
+        reasoning_item(&format!("rs_{KEY}")),
+        text_item(&format!("Your key is {KEY}, and a NUL: \u{0}.")),
+        call_item(&format!("call_{KEY}"), "lookup"),
+    ]);
+    let fake = FakeProvider::start(vec![Step::ok(echo)]).await;
+    let app = super::app_on(backend, &fake, |_| {}).await;
+    app.append_records(&[crate::harness::message("chat", "m1", "user", "hi")]).await;
+    let body = json!({"model": "gpt-test", "conversationId": "chat", "appendReply": true});
+    let op = run_turn(&app, &body).await;
+    assert_eq!(op.state, ContextOperationState::Succeeded, "{op:?}");
+    assert_eq!(op.result_json()["text"], "Your key is [redacted], and a NUL: \u{fffd}.");
+    let (status, raw) = app.get(&format!("{}/{}", super::OPS, op.id)).await;
+    assert_eq!(status, 200);
+    assert!(!raw.to_string().contains(KEY), "the operation shows the key: {raw}");
+    let stored = app.recent("chat", 10).await;
+    assert_eq!(stored.len(), 2, "{stored:?}");
+    let reply = serde_json::to_string(&stored[1]).unwrap();
+    assert!(reply.contains("[redacted]"), "{reply}");
+    assert!(!reply.contains(KEY), "the stored reply or its metadata holds the key: {reply}");
+    app.stop().await;
+}
+
+backend_tests!(backend: a_reply_echoing_the_key_is_scrubbed);

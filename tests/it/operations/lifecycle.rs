@@ -1,8 +1,8 @@
 //! Operations run to their end: a delete to completion (with the submission's headers and
 //! the contract's POST form), retention keeping the newest, and a cancel landing mid-run at
-//! a batch boundary.
+//! a batch boundary (reporting what was removed so far).
 
-use context_jobs::contract::{ContextOperationKind, ContextOperationState};
+use context_jobs::contract::{ContextOperationKind, ContextOperationState, DeletionOperation};
 use serde_json::json;
 
 use super::{DELETE, OPS, RETENTION, count, seed};
@@ -48,9 +48,12 @@ async fn delete_runs_to_completion(app: TestApp) {
 
 async fn retention_keeps_the_newest(app: TestApp) {
     seed(&app, "r", 30).await;
-    let op = app.submit(RETENTION, &json!({"scope": {"conversationId": "r"}, "policy": {"maxMessages": 10}})).await;
-    assert_eq!(op.kind, ContextOperationKind::Retention);
-    let op = app.wait_terminal(&op.id).await;
+    let body = json!({"scope": {"conversationId": "r"}, "policy": {"maxMessages": 10}});
+    // A contract path: the contract's `DeletionOperation`, like `conversations/delete`.
+    let submitted: DeletionOperation = app.call(RETENTION, &body, 202).await;
+    assert_eq!((submitted.state.as_str(), submitted.deleted_messages), ("queued", 0));
+    let op = app.wait_terminal(&submitted.id).await;
+    assert_eq!(op.kind, ContextOperationKind::Retention, "the REST form keeps the full vocabulary");
     assert_eq!(op.state, ContextOperationState::Succeeded, "{op:?}");
     assert_eq!(op.result_json()["deletedMessages"], 20);
     let seqs: Vec<i64> = app.recent("r", 500).await.iter().map(|m| m.sequence).collect();
@@ -74,6 +77,7 @@ async fn cancel_running_stops_at_a_batch_boundary(app: TestApp) {
     assert_eq!(op.state, ContextOperationState::Cancelled, "{op:?}");
     let processed = op.processed;
     assert!(processed < 3000, "stopped early: {op:?}");
+    assert_eq!(op.result_json()["deletedMessages"], processed, "a cancelled delete reports what it removed: {op:?}");
     let left = {
         let (_, body) = app.post("/internal/v1/context/conversations:list", &json!({"agentId": "none"})).await;
         assert!(body["items"].as_array().unwrap().is_empty());
@@ -111,4 +115,20 @@ async fn one_message_batches(backend: Backend) -> TestApp {
     TestApp::start_with(backend, |c| c.worker.batch_size = 1).await
 }
 
-backend_tests!(start = one_message_batches; cancel_running_stops_at_a_batch_boundary);
+/// A retention cancelled mid-run reports, as its result, what it deleted so far (and its
+/// plan), like a delete.
+async fn cancelled_retention_reports_counts_so_far(app: TestApp) {
+    seed(&app, "old", 3000).await;
+    let body = json!({"scope": {"conversationId": "old"}, "policy": {"maxMessages": 1}});
+    let op: DeletionOperation = app.call(RETENTION, &body, 202).await;
+    let op = app.wait_until(&op.id, std::time::Duration::from_secs(60), "deleting", |op| op.processed > 0).await;
+    let (status, cancelled) = app.post(&format!("{OPS}/{}/cancel", op.id), &json!({})).await;
+    assert_eq!(status, 200, "{cancelled}");
+    let op = app.wait_terminal(&op.id).await;
+    assert_eq!(op.state, ContextOperationState::Cancelled, "{op:?}");
+    assert!(op.processed > 0 && op.processed < 2999, "stopped mid-run: {op:?}");
+    assert_eq!(op.result_json()["deletedMessages"], op.processed, "{op:?}");
+    assert_eq!(op.result_json()["plan"]["upToSequence"], 2999, "the plan is reported too: {op:?}");
+}
+
+backend_tests!(start = one_message_batches; cancel_running_stops_at_a_batch_boundary, cancelled_retention_reports_counts_so_far);

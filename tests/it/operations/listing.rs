@@ -10,7 +10,7 @@ async fn listing_filters_and_pages(app: TestApp) {
     let mut ids = Vec::new();
     for i in 0..5 {
         let body = json!({"scope": {"conversationId": format!("l{i}")}, "policy": {"maxMessages": 5}});
-        ids.push(app.submit(RETENTION, &body).await.id);
+        ids.push(app.call::<context_jobs::contract::DeletionOperation>(RETENTION, &body, 202).await.id);
     }
     app.wait_terminal(&app.submit_delete("ld").await.id).await;
     let mut seen = Vec::new();

@@ -182,7 +182,12 @@ fn fenced_statement<'q>(engine: Engine, lease: &'q Lease, t: &Transition<'q>, no
             set.push(format!("error_code = {}", p.p(code.as_str())));
             set.push(format!("error = {}", p.p(truncate(message, 2000))));
         }
-        Transition::Cancelled | Transition::Release { .. } => {}
+        Transition::Cancelled { result } => {
+            if let Some(result) = result {
+                set.push(format!("result = {}", p.p(result)));
+            }
+        }
+        Transition::Release { .. } => {}
         Transition::Defer { not_before_ms, .. } => set.push(format!("not_before_ms = {}", p.p(not_before_ms))),
         _ => unreachable!("not a lease holder's transition: {t:?}"),
     }

@@ -1,0 +1,8 @@
+//! Bad input on both engines: NUL in any string field (`nul`), path and query parameters
+//! that are not UTF-8 or not ids (`paths`), and what an operation that fails on the
+//! database shows (`driver_text`). Every rejection is a 400 `ApiError`, and nothing is
+//! stored.
+
+mod driver_text;
+mod nul;
+mod paths;
