@@ -24,10 +24,12 @@ pub fn spawn(
     holder: String,
     shutdown: CancellationToken,
 ) -> JoinHandle<anyhow::Result<()>> {
+    // Housekeeping (pruning, the queue's vacuum: a SCAN of Redis) runs on a task of its own:
+    // on a busy Redis a vacuum took seconds, and in this loop it held back every push.
+    spawn_housekeeping(db.clone(), queue.clone(), config.clone(), shutdown.clone());
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(config.queue.dispatch_interval_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_prune = 0i64;
         let mut last_sweep_check = 0i64;
         loop {
             tokio::select! {
@@ -41,22 +43,6 @@ pub fn spawn(
                 tracing::debug!(error = format!("{e:#}"), "gauge refresh failed");
             }
             let now = now_ms();
-            if now - last_prune > 600_000 {
-                last_prune = now;
-                let keep = i64::from(config.worker.operation_retention_days) * 86_400_000;
-                match dispatch::prune(&db, now - keep).await {
-                    Ok(n) => metrics::counter!(m::PRUNED).increment(n),
-                    Err(e) => tracing::warn!(error = %e, "pruning old operations failed"),
-                }
-                match artifacts::prune_expired(&db, now).await {
-                    Ok(n) if n > 0 => tracing::info!(artifacts = n, "expired artifacts deleted"),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "pruning expired artifacts failed"),
-                }
-                if let Err(e) = queue.vacuum(Duration::from_secs(3600)).await {
-                    tracing::debug!(error = format!("{e:#}"), "queue vacuum failed");
-                }
-            }
             if config.retention.retention_sweep_secs > 0 && now - last_sweep_check > 5_000 {
                 last_sweep_check = now;
                 let policy = RetentionPolicy {
@@ -75,6 +61,35 @@ pub fn spawn(
             }
         }
     })
+}
+
+/// Every ten minutes until `shutdown`: prune old operations and expired artifacts, vacuum
+/// the queue's finished messages.
+fn spawn_housekeeping(db: Db, queue: Queue, config: Arc<Config>, shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(600));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let keep = i64::from(config.worker.operation_retention_days) * 86_400_000;
+            let now = now_ms();
+            match dispatch::prune(&db, now - keep).await {
+                Ok(n) => metrics::counter!(m::PRUNED).increment(n),
+                Err(e) => tracing::warn!(error = %e, "pruning old operations failed"),
+            }
+            match artifacts::prune_expired(&db, now).await {
+                Ok(n) if n > 0 => tracing::info!(artifacts = n, "expired artifacts deleted"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "pruning expired artifacts failed"),
+            }
+            if let Err(e) = queue.vacuum(Duration::from_secs(3600)).await {
+                tracing::debug!(error = format!("{e:#}"), "queue vacuum failed");
+            }
+        }
+    });
 }
 
 /// One dispatcher round; returns how many operations were pushed.

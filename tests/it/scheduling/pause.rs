@@ -102,13 +102,14 @@ async fn everything_submitted_during_a_pause_starts_at_the_resume(backend: Backe
     app.wait_until(&held[0], Duration::from_secs(10), "marked paused", |op| op.phase == "paused").await;
     let (status, _) = app.post(&format!("{QUEUES}/delete/resume"), &json!({})).await;
     assert_eq!(status, 200);
+    let resumed = context_ops::store::now_ms();
     for id in &held {
-        let op = app
-            .wait_until(id, Duration::from_secs(10), "succeeded after the resume", |op| {
-                op.state == ContextOperationState::Succeeded
-            })
-            .await;
-        assert_eq!(op.state, ContextOperationState::Succeeded, "{op:?}");
+        let outcome =
+            app.try_wait_until(id, Duration::from_secs(10), |op| op.state == ContextOperationState::Succeeded).await;
+        if let Err(last) = outcome {
+            let row = crate::harness::db::operation_row(app.db(), id).await;
+            panic!("{id} not succeeded 10 s after the resume (at {resumed}): {last:?}; row {row:?}");
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! failed or cancelled operation (`Requeue`), failing queued work past its deadline
 //! (`Expire`), pause and resume of a kind, and the bulk forms of cancel, retry and forget.
 
+use super::PAUSE_HOLDS;
 use crate::store::engine::Params;
 use crate::store::operations::SubmitEffect;
 use crate::store::{Db, StoreResult, Tx, messages, now_ms, query};
@@ -190,8 +191,7 @@ pub async fn set_paused(
         format!(
             "UPDATE operations SET phase = {}, pushed_at_ms = NULL, updated_at_ms = {now_p}, version = version + 1 \
              WHERE kind = {kind_p} AND state = {queued_p} AND phase = {paused_p}{tenant_filter} \
-             AND NOT EXISTS (SELECT 1 FROM queue_controls c WHERE c.kind = operations.kind AND c.paused = 1 \
-                             AND (c.tenant = '' OR c.tenant = operations.tenant))",
+             AND NOT {PAUSE_HOLDS}",
             p.p(phase::QUEUED)
         )
     };
@@ -209,8 +209,7 @@ pub async fn set_paused(
         let sql = format!(
             "UPDATE operations SET pushed_at_ms = NULL \
              WHERE kind = {kind_p} AND state = {queued_p} AND pushed_at_ms IS NOT NULL{tenant_filter} \
-             AND NOT EXISTS (SELECT 1 FROM queue_controls c WHERE c.kind = operations.kind AND c.paused = 1 \
-                             AND (c.tenant = '' OR c.tenant = operations.tenant))"
+             AND NOT {PAUSE_HOLDS}"
         );
         p.into_query(sql).execute(&mut tx).await?;
     }

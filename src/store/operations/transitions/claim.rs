@@ -4,7 +4,7 @@
 //! operation only when its lease expired or its lease owner stopped announcing itself
 //! (`worker_heartbeats`).
 
-use super::{Claimed, Lease, append_attempt};
+use super::{Claimed, Lease, PAUSE_HOLDS, append_attempt};
 use crate::store::engine::Params;
 use crate::store::operations::{COLUMNS, OperationRow};
 use crate::store::{Db, Engine, StoreResult, now_ms, query};
@@ -257,9 +257,12 @@ async fn hold_one(db: &Db, id: &str, hold: Hold) -> StoreResult<()> {
     let t = Transition::Hold { phase: hold.phase() };
     let mut p = Params::default();
     let (id_p, phase_p, now_p) = (p.p(id), p.p(hold.phase()), p.p(now_ms()));
+    // A pause is re-checked by the statement itself: a resume committed since the scheduler
+    // looked must not leave the head marked `paused` (the dispatcher skips such rows).
+    let still = if hold == Hold::Paused { format!(" AND {PAUSE_HOLDS}") } else { String::new() };
     let sql = format!(
         "UPDATE operations SET phase = {phase_p}, updated_at_ms = {now_p}, version = version + 1 \
-         WHERE id = {id_p} AND {} AND phase <> {phase_p}",
+         WHERE id = {id_p} AND {} AND phase <> {phase_p}{still}",
         p.state_in(t.from())
     );
     p.into_query(sql).execute(db).await?;
