@@ -68,7 +68,12 @@ impl Running {
 }
 
 pub async fn connect(config: &Config) -> anyhow::Result<Db> {
-    let db = Db::connect(&config.database.database_url, config.database.db_max_connections).await?;
+    let db = Db::connect_with(
+        &config.database.database_url,
+        config.database.db_max_connections,
+        std::time::Duration::from_millis(config.database.db_acquire_timeout_ms),
+    )
+    .await?;
     db.migrate().await?;
     Ok(db)
 }

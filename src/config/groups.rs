@@ -52,6 +52,11 @@ pub struct DatabaseConfig {
     /// Maximum database connections per process.
     #[arg(long, env = "CONTEXT_OPS_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
+
+    /// How long a request waits for a PostgreSQL connection before answering 503 (with the
+    /// database down, how fast every request fails).
+    #[arg(long, env = "CONTEXT_OPS_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 800)]
+    pub db_acquire_timeout_ms: u64,
 }
 
 #[derive(Clone, Args)]

@@ -85,9 +85,21 @@ pub async fn dispatch_once(db: &Db, queue: &Queue, repush_after_ms: i64) -> anyh
         metrics::counter!(m::OPERATIONS_FINISHED, "kind" => kind.as_str(), "outcome" => ContextOperationState::Failed.as_str())
             .increment(1);
     }
+    // Redis lost its data (restart without persistence, flush): every message pushed before
+    // is gone, so push every unfinished operation again now rather than after the repush age.
+    match queue.lost_messages().await {
+        Ok(true) => {
+            let n = dispatch::unmark_all(db).await?;
+            if n > 0 {
+                tracing::warn!(operations = n, "the queue lost its messages; pushing unfinished operations again");
+            }
+        }
+        Ok(false) => {}
+        Err(e) => tracing::debug!(error = format!("{e:#}"), "cannot check the queue marker"),
+    }
     let due = dispatch::take_dispatchable(db, repush_after_ms, 500).await?;
     let mut pushed = 0;
-    for op in &due {
+    for (i, op) in due.iter().enumerate() {
         let push =
             if op.orphaned { queue.push_recovery(op.kind, &op.id).await } else { queue.push(op.kind, &op.id).await };
         match push {
@@ -97,8 +109,14 @@ pub async fn dispatch_once(db: &Db, queue: &Queue, repush_after_ms: i64) -> anyh
                     if op.orphaned { ErrorCode::LeaseExpired.as_str() } else { ContextOperationState::Queued.as_str() };
                 metrics::counter!(m::DISPATCHED, "kind" => op.kind.as_str(), "reason" => reason).increment(1);
             }
-            // Left marked as pushed: a round after `repush_after_ms` tries again.
-            Err(e) => tracing::warn!(operation = %op.id, error = format!("{e:#}"), "dispatcher push failed"),
+            // The queue is down or slow: unmark this one and the rest of the round, so the
+            // next round (not one after the repush age) tries them again.
+            Err(e) => {
+                tracing::warn!(operation = %op.id, error = format!("{e:#}"), "dispatcher push failed");
+                let rest: Vec<&str> = due[i..].iter().map(|op| op.id.as_str()).collect();
+                dispatch::unmark(db, &rest).await?;
+                break;
+            }
         }
     }
     Ok(pushed)

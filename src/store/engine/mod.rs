@@ -106,9 +106,20 @@ pub fn redact_url(url: &str) -> String {
 /// PostgreSQL `idle_in_transaction_session_timeout` of every connection (see `Db::connect`).
 const IDLE_IN_TRANSACTION_TIMEOUT: &str = "5s";
 
+/// How long a PostgreSQL request waits for a pool connection by default. With the server
+/// down, sqlx retries the refused connection until this deadline, so it is also how long
+/// every request takes to answer 503: short, so callers and health checks learn fast.
+pub const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(800);
+
 impl Db {
     /// Connect to `url` (`postgres://…` or `sqlite:…`), failing fast with one clear line.
     pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Db> {
+        Self::connect_with(url, max_connections, PG_ACQUIRE_TIMEOUT).await
+    }
+
+    /// [`Self::connect`] with the PostgreSQL pool's acquire timeout (SQLite waits on its
+    /// write lock instead, and keeps its own 30 s).
+    pub async fn connect_with(url: &str, max_connections: u32, pg_acquire_timeout: Duration) -> anyhow::Result<Db> {
         let shown = redact_url(url);
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url)
@@ -133,7 +144,7 @@ impl Db {
                 // to answer its first large result ~90 ms late. Opened at start-up (tens of
                 // milliseconds; a lazily filled pool was found still cold when the burst came).
                 .min_connections(max_connections.min(WARM_CONNECTIONS))
-                .acquire_timeout(Duration::from_secs(10))
+                .acquire_timeout(pg_acquire_timeout)
                 .after_connect(|conn, _| Box::pin(nodelay::disable_nagle(conn)))
                 .connect_with(options)
                 .await
