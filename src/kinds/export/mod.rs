@@ -65,7 +65,7 @@ impl Job for Export {
         let (checkpoint, total, processed) = match saved {
             Some(saved) => (saved, ctx.operation.total, ctx.operation.processed),
             None => {
-                let (checkpoint, total) = start(ctx).await?;
+                let (checkpoint, total) = start(ctx, &args).await?;
                 (checkpoint, total, 0)
             }
         };
@@ -74,10 +74,12 @@ impl Job for Export {
 }
 
 /// First run: create the artifact, name it on the operation, and checkpoint the header
-/// with the expected record count. Returns the checkpoint and that total.
-async fn start(ctx: &JobCtx) -> Result<(ExportCheckpoint, i64), JobError> {
+/// with the expected record count (messages and entries: the total only grows from there,
+/// if records are added while the export runs). Returns the checkpoint and that total.
+async fn start(ctx: &JobCtx, args: &ExportArgs) -> Result<(ExportCheckpoint, i64), JobError> {
     let tenant = ctx.tenant();
-    let total = messages::count_estimate(&ctx.db, tenant).await?;
+    let total = messages::count_estimate(&ctx.db, tenant).await?
+        + entries::reads::export_count(&ctx.db, tenant, args.include_expired).await?;
     let artifact_id = ArtifactId::from_ulid(ulid::Ulid::generate());
     let header = Header::new(tenant.as_str(), ctx.operation.created_at_ms);
     let mut encoder = Encoder::new(ctx.config.artifacts.artifact_chunk_bytes, &header);
