@@ -47,6 +47,7 @@ pub async fn sweep_tick(
         after = last;
     }
     maintenance::finish(db, name, holder, deleted_total).await?;
-    metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "retention_sweep").increment(deleted_total as u64);
+    metrics::counter!(crate::metrics::SWEEP_RUNS).increment(1);
+    metrics::counter!(crate::metrics::SWEEP_DELETED).increment(deleted_total as u64);
     Ok(Some(deleted_total))
 }
