@@ -81,6 +81,9 @@ pub async fn connect(config: &Config) -> anyhow::Result<Db> {
 /// Connect, migrate and start what `role` asks for.
 pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
     config.validate()?;
+    if role.runs_api() {
+        config.check_exposure()?;
+    }
     let db = connect(&config).await?;
     tracing::info!(database = %redact_url(&config.database.database_url), "database ready");
     let queue = Queue::connect(&config, &db).await?;

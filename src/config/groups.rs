@@ -96,6 +96,12 @@ pub struct AuthConfig {
     /// operations), acting as tenant `default/default`.
     #[arg(long, env = "CONTEXT_OPS_ADMIN_TOKEN", hide_env_values = true, value_parser = secret)]
     pub admin_token: Option<SecretString>,
+
+    /// Run in open mode (no credentials) although the API listens on a non-loopback
+    /// address. Without it such a start is refused: open mode answers anyone who can reach
+    /// the port as the default tenant.
+    #[arg(long, env = "CONTEXT_OPS_ALLOW_OPEN", default_value_t = false)]
+    pub allow_open: bool,
 }
 
 #[derive(Clone, Args)]
