@@ -176,6 +176,16 @@ pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
             shutdown.clone(),
         ));
         tracing::info!(concurrency = config.worker.worker_concurrency, "workers started");
+        match config.retention.sweep_policy() {
+            Some(policy) => tracing::info!(
+                every_secs = config.retention.retention_sweep_secs,
+                max_age_days = policy.max_age_days,
+                max_messages = policy.max_messages,
+                "retention sweep ON: every conversation of every tenant is trimmed to this policy; \
+                 each trim is a retention operation its tenant can list"
+            ),
+            None => tracing::debug!("retention sweep off (no CONTEXT_OPS_RETENTION_MAX_* policy)"),
+        }
     }
     Ok(Running { addr, metrics_addr, state, shutdown, tasks })
 }

@@ -21,7 +21,7 @@ pub(super) fn describe() {
         (ITEMS_PROCESSED, "Records processed by operations (deleted, exported, imported, re-embedded), by kind."),
         (PROJECTOR_VECTORS, "Entry vectors written by the vector projector."),
         (SWEEP_RUNS, "Runs of the scheduled retention sweep."),
-        (SWEEP_DELETED, "Messages deleted by the scheduled retention sweep."),
+        (SWEEP_SUBMITTED, "Retention operations submitted by the scheduled retention sweep."),
         (RETRIES, "Operation attempts that failed transiently and were re-queued with backoff."),
         (LEASE_RECOVERIES, "Orphaned operations recovered (their owner fell silent or their lease expired)."),
         (DUPLICATE_DELIVERIES, "Queue deliveries of an operation that another worker already had or had finished."),
@@ -75,7 +75,7 @@ pub(super) fn describe() {
 /// The counters' series of known, bounded label sets, at zero (`increment(0)` adds nothing
 /// to a series that already counts).
 pub(super) fn register_zeros() {
-    for name in [MESSAGES_APPENDED, MESSAGES_SKIPPED, PRUNED, PROJECTOR_VECTORS, SWEEP_RUNS, SWEEP_DELETED] {
+    for name in [MESSAGES_APPENDED, MESSAGES_SKIPPED, PRUNED, PROJECTOR_VECTORS, SWEEP_RUNS, SWEEP_SUBMITTED] {
         metrics::counter!(name).increment(0);
     }
     for direction in ["input", "output"] {

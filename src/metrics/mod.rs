@@ -78,9 +78,10 @@ pub const RUN_DURATION: &str = "context_ops_operation_run_duration_seconds";
 pub const ITEMS_PROCESSED: &str = "context_ops_items_processed_total";
 /// Vectors the projector wrote (not an operation kind: a metric of its own).
 pub const PROJECTOR_VECTORS: &str = "context_ops_projector_vectors_written_total";
-/// Retention sweeps run, and the messages they deleted (the sweep has metrics of its own).
+/// Retention sweeps run, and the `retention` operations they submitted (the sweep has
+/// metrics of its own; the deleting is counted under its operations' kind).
 pub const SWEEP_RUNS: &str = "context_ops_retention_sweep_runs_total";
-pub const SWEEP_DELETED: &str = "context_ops_retention_sweep_deleted_messages_total";
+pub const SWEEP_SUBMITTED: &str = "context_ops_retention_sweep_operations_total";
 pub const RETRIES: &str = "context_ops_operation_retries_total";
 pub const LEASE_RECOVERIES: &str = "context_ops_lease_recoveries_total";
 pub const DUPLICATE_DELIVERIES: &str = "context_ops_duplicate_deliveries_total";

@@ -14,7 +14,7 @@ use crate::metrics as m;
 use crate::queue::Queue;
 use crate::store::operations::{dispatch, transitions};
 use crate::store::{Db, artifacts, now_ms};
-use context_jobs::contract::{ContextOperationKind, ContextOperationState, RetentionPolicy};
+use context_jobs::contract::{ContextOperationKind, ContextOperationState};
 use context_jobs::operation::ErrorCode;
 
 pub fn spawn(
@@ -57,18 +57,17 @@ pub fn spawn(
                     tracing::debug!(error = format!("{e:#}"), "queue vacuum failed");
                 }
             }
-            if config.retention.retention_sweep_secs > 0 && now - last_sweep_check > 5_000 {
+            if let Some(policy) = config.retention.sweep_policy()
+                && now - last_sweep_check > 5_000
+            {
                 last_sweep_check = now;
-                let policy = RetentionPolicy {
-                    max_age_days: (config.retention.retention_max_age_days > 0)
-                        .then_some(config.retention.retention_max_age_days),
-                    max_messages: (config.retention.retention_max_messages > 0)
-                        .then_some(config.retention.retention_max_messages),
-                };
                 let period = config.retention.retention_sweep_secs as i64 * 1000;
-                match super::sweep::sweep_tick(&db, &holder, period, &policy, i64::from(config.worker.batch_size)).await
-                {
-                    Ok(Some(n)) => tracing::info!(deleted = n, "retention sweep finished"),
+                match super::sweep::sweep_tick(&db, &holder, period, &policy).await {
+                    Ok(Some(run)) => tracing::info!(
+                        operations = run.operations,
+                        planned_messages = run.planned,
+                        "retention sweep submitted its retention operations"
+                    ),
                     Ok(None) => {}
                     Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
                 }
