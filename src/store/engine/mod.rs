@@ -39,14 +39,51 @@ pub enum Engine {
 /// `SQLITE_BUSY` instead of waiting.
 pub enum Tx {
     Postgres(Transaction<'static, sqlx::Postgres>),
-    Sqlite(Transaction<'static, sqlx::Sqlite>),
+    Sqlite(SqliteTx),
 }
+
+/// A SQLite write transaction and this process' turn to write the file. Writers of one
+/// process wait for their turn in order (a fair async lock) instead of in SQLite's busy
+/// handler, whose growing sleeps (up to 100 ms each) let a waiting writer lose the lock
+/// again and again: that was the append tail (p99 over a second with 8 writers). Other
+/// processes on the file still meet the busy timeout. The transaction is dropped (rolled
+/// back) before the turn is released.
+pub struct SqliteTx {
+    tx: Transaction<'static, sqlx::Sqlite>,
+    _turn: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl std::ops::Deref for SqliteTx {
+    type Target = Transaction<'static, sqlx::Sqlite>;
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for SqliteTx {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
+}
+
+/// The write turn of the SQLite file `pool` opens, one per file in this process.
+fn write_turn(pool: &SqlitePool) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static TURNS: OnceLock<Mutex<HashMap<std::path::PathBuf, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
+    let file = pool.connect_options().get_filename().to_path_buf();
+    let mut turns = TURNS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    turns.entry(file).or_default().clone()
+}
+
+/// How long a writer waits for its turn: SQLite's own busy timeout (see `Db::connect`).
+const SQLITE_WRITE_WAIT: Duration = Duration::from_secs(30);
 
 impl Tx {
     pub async fn commit(self) -> Result<(), sqlx::Error> {
         match self {
             Tx::Postgres(tx) => tx.commit().await,
-            Tx::Sqlite(tx) => tx.commit().await,
+            Tx::Sqlite(tx) => tx.tx.commit().await,
         }
     }
 
@@ -181,7 +218,12 @@ impl Db {
     pub async fn begin_write(&self) -> Result<Tx, sqlx::Error> {
         Ok(match self {
             Db::Postgres(pool) => Tx::Postgres(pool.begin().await?),
-            Db::Sqlite(pool) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
+            Db::Sqlite(pool) => {
+                let turn = tokio::time::timeout(SQLITE_WRITE_WAIT, write_turn(pool).lock_owned())
+                    .await
+                    .map_err(|_| sqlx::Error::PoolTimedOut)?;
+                Tx::Sqlite(SqliteTx { tx: pool.begin_with("BEGIN IMMEDIATE").await?, _turn: turn })
+            }
         })
     }
 
