@@ -18,7 +18,7 @@ use crate::config::{Config, Scheduling};
 use crate::metrics as m;
 use crate::queue::{OperationHandler, OperationMessage};
 use crate::store::operations::transitions::ClaimLimits;
-use crate::store::operations::{Claimed, FenceError, Lease, transitions};
+use crate::store::operations::{Claimed, FenceError, Lease, dispatch, transitions};
 use crate::store::{Db, now_ms};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState};
 use context_jobs::ids::OperationId;
@@ -99,6 +99,11 @@ impl Runner {
         if claimed.is_none() {
             // Nothing to start: another worker took it, it finished, or work is held back.
             metrics::counter!(m::DUPLICATE_DELIVERIES, "kind" => kind.as_str()).increment(1);
+            if recover {
+                // Not an orphan after all (its owner answered again): drop the push mark the
+                // recovery set, or the owner's real death would wait out the repush age.
+                dispatch::unmark_running(&self.db, hint).await?;
+            }
         }
         while let Some(next) = claimed.take() {
             self.run(next).await?;

@@ -86,6 +86,16 @@ pub async fn unmark(db: &Db, ids: &[&str]) -> StoreResult<()> {
     Ok(())
 }
 
+/// Clear the push mark of a running operation (a recovery found it still owned).
+pub async fn unmark_running(db: &Db, id: &OperationId) -> StoreResult<()> {
+    query("UPDATE operations SET pushed_at_ms = NULL WHERE id = $1 AND state = $2")
+        .bind(id.as_str())
+        .bind(State::Running.as_str())
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
 /// Clear the push mark of every unfinished operation (the queue lost its messages); how
 /// many were marked.
 pub async fn unmark_all(db: &Db) -> StoreResult<u64> {
