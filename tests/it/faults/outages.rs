@@ -93,7 +93,8 @@ async fn postgres_outage_fails_fast_and_readiness_names_it() {
     let mut env = fx.env.clone();
     env.database_url = env.database_url.replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port), 1);
     assert_ne!(env.database_url, fx.env.database_url, "the test PostgreSQL is on 127.0.0.1:5432");
-    let mut serve = env.spawn("serve", "serve");
+    let acquire = context_ops::config::Config::defaults().database.db_acquire_timeout_ms.to_string();
+    let mut serve = env.spawn_with("serve", "serve", &[("CONTEXT_OPS_DB_ACQUIRE_TIMEOUT_MS", acquire.as_str())]);
     serve.wait_healthy(HEALTHY_WITHIN).await;
     let (status, body, _) = timed_get(&serve.api, "/health/ready").await;
     assert_eq!((status, body["status"].as_str()), (200, Some("ready")), "{body}");
