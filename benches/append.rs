@@ -12,9 +12,10 @@
 //! - PostgreSQL: one `COPY messages (…) FROM STDIN` stream;
 //! - SQLite: a prepared `INSERT` per row, one transaction per 100-row batch.
 //!
-//! The report is the ratio ours/baseline; absolute numbers depend on the machine.
+//! The report is the ratio ours/baseline; absolute numbers depend on the machine. Beside it,
+//! the latency of our append requests: p50, p99 and max (target: SQLite p99 under 10 ms).
 //!
-//! Environment: `BENCH_MESSAGES`, `BENCH_POSTGRES_URL` (server URL without a database,
+//! Environment: `BENCH_MESSAGES`, `BENCH_CLIENTS` (default 4), `BENCH_POSTGRES_URL` (server URL without a database,
 //! default `TEST_POSTGRES_URL` or `postgres://postgres@127.0.0.1:5432`), `BENCH_REDIS_URL`
 //! (default `TEST_REDIS_URL` or `redis://127.0.0.1:6379`).
 
@@ -30,7 +31,10 @@ use sqlx::postgres::PgConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{AssertSqlSafe, Connection as _};
 
-const CLIENTS: usize = 4;
+/// Concurrent clients (`BENCH_CLIENTS`, default 4).
+fn clients() -> usize {
+    std::env::var("BENCH_CLIENTS").ok().and_then(|v| v.trim().parse().ok()).filter(|n| *n > 0).unwrap_or(4)
+}
 const BATCH: usize = 100;
 const TENANT: &str = "default/default";
 const TOKEN: &str = "bench-service-token";
@@ -47,9 +51,10 @@ impl Workload {
     fn new(total: usize) -> Self {
         const FILLER: &str = "The quick brown fox jumps over the lazy dog while the agent keeps \
                               its context durable and searchable, turn after turn.";
-        let conversations = (0..CLIENTS)
+        let clients = clients();
+        let conversations = (0..clients)
             .map(|c| {
-                let n = total / CLIENTS + usize::from(c < total % CLIENTS);
+                let n = total / clients + usize::from(c < total % clients);
                 let conversation = format!("bench-conversation-{c}");
                 let records = (0..n)
                     .map(|i| {
@@ -153,7 +158,30 @@ fn rate(messages: usize, elapsed: Duration) -> f64 {
 // ------------------------------------------------------------------------------ ours
 
 /// Start the service on `database_url` and append the workload over HTTP.
-async fn run_service(database_url: &str, redis_url: Option<String>, workload: &Workload) -> anyhow::Result<Duration> {
+/// Request latencies, sorted.
+struct Latencies(Vec<Duration>);
+
+impl Latencies {
+    fn at(&self, q: f64) -> Duration {
+        let i = ((self.0.len() as f64 * q).ceil() as usize).clamp(1, self.0.len()) - 1;
+        self.0[i]
+    }
+    fn summary(&self) -> String {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        format!(
+            "p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            ms(self.at(0.50)),
+            ms(self.at(0.99)),
+            ms(*self.0.last().unwrap_or(&Duration::ZERO))
+        )
+    }
+}
+
+async fn run_service(
+    database_url: &str,
+    redis_url: Option<String>,
+    workload: &Workload,
+) -> anyhow::Result<(Duration, Latencies)> {
     let mut config = Config::defaults();
     config.http.bind = "127.0.0.1:0".parse()?;
     config.metrics.metrics_bind = None;
@@ -171,7 +199,9 @@ async fn run_service(database_url: &str, redis_url: Option<String>, workload: &W
         let url = url.clone();
         tokio::spawn(async move {
             let client = reqwest::Client::new();
+            let mut latencies = Vec::with_capacity(batches.len());
             for body in batches {
+                let sent = Instant::now();
                 let response = client
                     .post(&url)
                     .bearer_auth(TOKEN)
@@ -184,16 +214,19 @@ async fn run_service(database_url: &str, redis_url: Option<String>, workload: &W
                 ensure!(status.is_success(), "append failed with {status}: {text}");
                 let reply: Value = serde_json::from_str(&text)?;
                 ensure!(reply["skipped"] == 0, "append skipped messages unexpectedly: {text}");
+                latencies.push(sent.elapsed());
             }
-            anyhow::Ok(())
+            anyhow::Ok(latencies)
         })
     });
+    let mut latencies = Vec::new();
     for result in futures::future::join_all(clients).await {
-        result.context("client task panicked")??;
+        latencies.extend(result.context("client task panicked")??);
     }
     let elapsed = start.elapsed();
     running.stop().await?;
-    Ok(elapsed)
+    latencies.sort();
+    Ok((elapsed, Latencies(latencies)))
 }
 
 // ---------------------------------------------------------------------------- SQLite
@@ -209,10 +242,10 @@ fn sqlite_options(path: &std::path::Path) -> SqliteConnectOptions {
         .foreign_keys(true)
 }
 
-async fn bench_sqlite(workload: &Workload) -> anyhow::Result<(f64, f64)> {
+async fn bench_sqlite(workload: &Workload) -> anyhow::Result<(f64, f64, Latencies)> {
     let dir = tempfile::tempdir()?;
     let ours_path = dir.path().join("ours.sqlite");
-    let ours = run_service(&format!("sqlite:{}", ours_path.display()), None, workload).await?;
+    let (ours, latencies) = run_service(&format!("sqlite:{}", ours_path.display()), None, workload).await?;
 
     // The baseline table: the DDL SQLite recorded for the service's `messages` table and
     // its indexes, replayed in a fresh file.
@@ -265,7 +298,7 @@ async fn bench_sqlite(workload: &Workload) -> anyhow::Result<(f64, f64)> {
     let baseline = start.elapsed();
     check_same_row(&sample, &sample_row_sqlite(&mut conn).await?, "SQLite");
     conn.close().await?;
-    Ok((rate(workload.total, ours), rate(workload.total, baseline)))
+    Ok((rate(workload.total, ours), rate(workload.total, baseline), latencies))
 }
 
 // ------------------------------------------------------------------------ PostgreSQL
@@ -300,7 +333,7 @@ async fn checkpoint(conn: &mut PgConnection) {
     let _ = sqlx::query("CHECKPOINT").execute(conn).await;
 }
 
-async fn bench_postgres(workload: &Workload) -> anyhow::Result<(f64, f64)> {
+async fn bench_postgres(workload: &Workload) -> anyhow::Result<(f64, f64, Latencies)> {
     let server = postgres_server_url();
     let mut admin = PgConnection::connect(&format!("{server}/postgres"))
         .await
@@ -323,7 +356,8 @@ async fn bench_postgres(workload: &Workload) -> anyhow::Result<(f64, f64)> {
     sqlx::raw_sql("CREATE SCHEMA ours; CREATE SCHEMA baseline").execute(&mut conn).await?;
     checkpoint(&mut conn).await;
 
-    let ours = run_service(&format!("{db_url}?options[search_path]=ours"), Some(redis_url()), workload).await?;
+    let (ours, latencies) =
+        run_service(&format!("{db_url}?options[search_path]=ours"), Some(redis_url()), workload).await?;
 
     // The baseline table: a structural copy (columns, constraints, indexes) of the
     // service's migrated `messages` table.
@@ -378,7 +412,7 @@ async fn bench_postgres(workload: &Workload) -> anyhow::Result<(f64, f64)> {
     ensure!(copied as usize == workload.total, "COPY loaded {copied} of {} rows", workload.total);
     check_same_row(&sample, &sample_row_pg(&mut conn).await?, "PostgreSQL");
     conn.close().await?;
-    Ok((rate(workload.total, ours), rate(workload.total, baseline)))
+    Ok((rate(workload.total, ours), rate(workload.total, baseline), latencies))
 }
 
 // ---------------------------------------------------------------------- row check
@@ -411,7 +445,7 @@ fn check_same_row(ours: &SampleRow, baseline: &SampleRow, backend: &str) {
 struct Outcome {
     backend: &'static str,
     baseline: &'static str,
-    result: anyhow::Result<(f64, f64)>,
+    result: anyhow::Result<(f64, f64, Latencies)>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -434,8 +468,9 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let workload = Workload::new(total);
     println!(
-        "append benchmark: {total} messages, {CLIENTS} clients (one conversation each), \
-         {BATCH} messages per request, ~100-char contents"
+        "append benchmark: {total} messages, {} clients (one conversation each), \
+         {BATCH} messages per request, ~100-char contents",
+        clients()
     );
 
     let mut outcomes = Vec::new();
@@ -461,8 +496,16 @@ fn main() -> anyhow::Result<()> {
     let mut failed = false;
     for o in &outcomes {
         match &o.result {
-            Ok((ours, baseline)) => {
-                println!("{:<11} {:>14.0} {:>17.0} {:>7.3}  {}", o.backend, ours, baseline, ours / baseline, o.baseline)
+            Ok((ours, baseline, latencies)) => {
+                println!(
+                    "{:<11} {:>14.0} {:>17.0} {:>7.3}  {}",
+                    o.backend,
+                    ours,
+                    baseline,
+                    ours / baseline,
+                    o.baseline
+                );
+                println!("{:<11} append requests: {}", "", latencies.summary());
             }
             Err(e) => {
                 failed = true;
@@ -471,7 +514,12 @@ fn main() -> anyhow::Result<()> {
         }
     }
     println!();
-    if let Some(Outcome { result: Ok((ours, baseline)), .. }) = outcomes.iter().find(|o| o.backend == "postgresql") {
+    if let Some(Outcome { result: Ok((_, _, latencies)), .. }) = outcomes.iter().find(|o| o.backend == "sqlite") {
+        let p99 = latencies.at(0.99);
+        let verdict = if p99 < Duration::from_millis(10) { "met" } else { "NOT met" };
+        println!("target: SQLite append p99 < 10 ms — {verdict} ({:.2} ms)", p99.as_secs_f64() * 1e3);
+    }
+    if let Some(Outcome { result: Ok((ours, baseline, _)), .. }) = outcomes.iter().find(|o| o.backend == "postgresql") {
         let ratio = ours / baseline;
         let verdict = if ratio >= POSTGRES_TARGET_RATIO { "met" } else { "NOT met" };
         println!("target: PostgreSQL ratio >= {POSTGRES_TARGET_RATIO} — {verdict} ({ratio:.3})");

@@ -1,19 +1,24 @@
-//! The `context-ops` binary: `serve`, `api`, `worker`, `migrate`.
+//! The `context-ops` binary: `serve`, `api`, `worker`, `migrate`, `health`.
 
-use clap::Parser;
-use context_ops::config::Cli;
+use context_ops::config::{Command, cli};
 use context_ops::{server, telemetry};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    let (config, role) = cli.command.into_config();
-    telemetry::init(config.log.log_json);
-    match run(config, role).await {
+    let parsed = cli::parse();
+    let result = match parsed.command {
+        Command::Health(args) => cli::health(&args).await,
+        command => {
+            let (config, role) = command.into_config();
+            telemetry::init(config.log.log_json);
+            run(config, role).await
+        }
+    };
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            // One clear line, not a backtrace.
-            eprintln!("context-ops: error: {e:#}");
+            // One clear line, not a backtrace; each cause once.
+            eprintln!("context-ops: error: {}", cli::one_line(&e));
             std::process::ExitCode::FAILURE
         }
     }

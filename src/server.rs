@@ -68,7 +68,12 @@ impl Running {
 }
 
 pub async fn connect(config: &Config) -> anyhow::Result<Db> {
-    let db = Db::connect(&config.database.database_url, config.database.db_max_connections).await?;
+    let db = Db::connect_with(
+        &config.database.database_url,
+        config.database.db_max_connections,
+        std::time::Duration::from_millis(config.database.db_acquire_timeout_ms),
+    )
+    .await?;
     db.migrate().await?;
     Ok(db)
 }
@@ -76,6 +81,9 @@ pub async fn connect(config: &Config) -> anyhow::Result<Db> {
 /// Connect, migrate and start what `role` asks for.
 pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
     config.validate()?;
+    if role.runs_api() {
+        config.check_exposure()?;
+    }
     let db = connect(&config).await?;
     tracing::info!(database = %redact_url(&config.database.database_url), "database ready");
     let queue = Queue::connect(&config, &db).await?;
@@ -168,6 +176,16 @@ pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
             shutdown.clone(),
         ));
         tracing::info!(concurrency = config.worker.worker_concurrency, "workers started");
+        match config.retention.sweep_policy() {
+            Some(policy) => tracing::info!(
+                every_secs = config.retention.retention_sweep_secs,
+                max_age_days = policy.max_age_days,
+                max_messages = policy.max_messages,
+                "retention sweep ON: every conversation of every tenant is trimmed to this policy; \
+                 each trim is a retention operation its tenant can list"
+            ),
+            None => tracing::debug!("retention sweep off (no CONTEXT_OPS_RETENTION_MAX_* policy)"),
+        }
     }
     Ok(Running { addr, metrics_addr, state, shutdown, tasks })
 }

@@ -52,6 +52,11 @@ pub struct DatabaseConfig {
     /// Maximum database connections per process.
     #[arg(long, env = "CONTEXT_OPS_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
+
+    /// How long a request waits for a PostgreSQL connection before answering 503 (with the
+    /// database down, how fast every request fails).
+    #[arg(long, env = "CONTEXT_OPS_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 800)]
+    pub db_acquire_timeout_ms: u64,
 }
 
 #[derive(Clone, Args)]
@@ -91,6 +96,12 @@ pub struct AuthConfig {
     /// operations), acting as tenant `default/default`.
     #[arg(long, env = "CONTEXT_OPS_ADMIN_TOKEN", hide_env_values = true, value_parser = secret)]
     pub admin_token: Option<SecretString>,
+
+    /// Run in open mode (no credentials) although the API listens on a non-loopback
+    /// address. Without it such a start is refused: open mode answers anyone who can reach
+    /// the port as the default tenant.
+    #[arg(long, env = "CONTEXT_OPS_ALLOW_OPEN", default_value_t = false)]
+    pub allow_open: bool,
 }
 
 #[derive(Clone, Args)]
@@ -121,17 +132,30 @@ pub struct WorkerConfig {
 #[derive(Clone, Args)]
 #[command(next_help_heading = "Retention sweep")]
 pub struct RetentionConfig {
-    /// Period of the retention sweep over all conversations, seconds (0 disables it).
+    /// Period of the retention sweep over all conversations, seconds (0 disables it). The
+    /// sweep is off unless a policy below is set.
     #[arg(long, env = "CONTEXT_OPS_RETENTION_SWEEP_SECS", default_value_t = 3600)]
     pub retention_sweep_secs: u64,
 
-    /// Default policy of the sweep: maximum message age in days (0 = no age limit).
-    #[arg(long, env = "CONTEXT_OPS_RETENTION_MAX_AGE_DAYS", default_value_t = 90)]
+    /// Sweep policy: maximum message age in days (0 = no age limit). Unset by default.
+    #[arg(long, env = "CONTEXT_OPS_RETENTION_MAX_AGE_DAYS", default_value_t = 0)]
     pub retention_max_age_days: u32,
 
-    /// Default policy of the sweep: maximum messages kept per conversation (0 = no limit).
-    #[arg(long, env = "CONTEXT_OPS_RETENTION_MAX_MESSAGES", default_value_t = 100_000)]
+    /// Sweep policy: maximum messages kept per conversation (0 = no limit). Unset by default.
+    #[arg(long, env = "CONTEXT_OPS_RETENTION_MAX_MESSAGES", default_value_t = 0)]
     pub retention_max_messages: u32,
+}
+
+impl RetentionConfig {
+    /// The sweep's policy, when the sweep is on: a period and at least one limit.
+    pub fn sweep_policy(&self) -> Option<context_jobs::contract::RetentionPolicy> {
+        let policy = context_jobs::contract::RetentionPolicy {
+            max_age_days: (self.retention_max_age_days > 0).then_some(self.retention_max_age_days),
+            max_messages: (self.retention_max_messages > 0).then_some(self.retention_max_messages),
+        };
+        let limited = policy.max_age_days.is_some() || policy.max_messages.is_some();
+        (self.retention_sweep_secs > 0 && limited).then_some(policy)
+    }
 }
 
 /// Which embedder the vector projection uses.

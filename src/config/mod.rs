@@ -2,6 +2,7 @@
 //! concern ([`groups`]). Each subcommand takes (and `--help` shows) only the groups it
 //! uses; the rest keep their defaults. Invalid values stop startup with one line.
 
+pub mod cli;
 pub mod groups;
 
 use std::time::Duration;
@@ -45,6 +46,9 @@ pub enum Command {
     Worker(Box<WorkerArgs>),
     /// Apply database migrations and exit.
     Migrate(MigrateArgs),
+    /// Ask a running process whether it is ready (`/health/ready`): exit 0 if so, 1 if not.
+    /// For container health checks (the image has no curl).
+    Health(HealthArgs),
 }
 
 /// What a started service runs.
@@ -149,6 +153,44 @@ pub struct MigrateArgs {
     pub database: DatabaseConfig,
 }
 
+#[derive(Args)]
+pub struct HealthArgs {
+    /// The URL to ask. Default: `/health/ready` on the metrics listener if one is
+    /// configured (a worker's only listener), else on the API listener, over loopback
+    /// when the listener binds every address.
+    #[arg(long, env = "CONTEXT_OPS_HEALTH_URL")]
+    pub url: Option<String>,
+    /// Ask for liveness (`/health`) instead of readiness.
+    #[arg(long)]
+    pub live: bool,
+    /// The API address of the process asked (the same variable the process reads).
+    #[arg(long, env = "CONTEXT_OPS_BIND", default_value = "127.0.0.1:5120")]
+    pub bind: std::net::SocketAddr,
+    /// Its metrics listener, asked first when set (the same variable the process reads).
+    #[arg(long, env = "CONTEXT_OPS_METRICS_BIND")]
+    pub metrics_bind: Option<std::net::SocketAddr>,
+}
+
+impl HealthArgs {
+    /// The URL `health` asks.
+    pub fn target(&self) -> String {
+        if let Some(url) = &self.url {
+            return url.clone();
+        }
+        let mut addr = self.metrics_bind.unwrap_or(self.bind);
+        if addr.ip().is_unspecified() {
+            let loopback: std::net::IpAddr = if addr.is_ipv4() {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            };
+            addr.set_ip(loopback);
+        }
+        let path = if self.live { context_jobs::contract::HEALTH_PATH } else { "/health/ready" };
+        format!("http://{addr}{path}")
+    }
+}
+
 /// The whole configuration of a process. No `Debug`: it holds database and Redis URLs,
 /// which may carry passwords (the secrets proper are [`secrecy::SecretString`]s).
 #[derive(Clone)]
@@ -230,6 +272,7 @@ impl Command {
                 (config, Some(Role::Worker))
             }
             Command::Migrate(a) => (Config { log: a.log, database: a.database, ..Config::defaults() }, None),
+            Command::Health(_) => (Config::defaults(), None),
         }
     }
 }
@@ -293,6 +336,21 @@ impl Config {
             );
         }
         self.scheduling()?;
+        Ok(())
+    }
+
+    /// Open mode (no credential configured) on a non-loopback API address is refused
+    /// unless `CONTEXT_OPS_ALLOW_OPEN` says so: checked by the processes that listen.
+    pub fn check_exposure(&self) -> anyhow::Result<()> {
+        let a = &self.auth;
+        let open = a.service_token.is_none() && a.jwt_secret.is_none() && a.admin_token.is_none();
+        anyhow::ensure!(
+            !open || a.allow_open || self.http.bind.ip().is_loopback(),
+            "open mode (no AGENT_CONTEXT_SERVICE_TOKEN, CONTEXT_OPS_JWT_SECRET or CONTEXT_OPS_ADMIN_TOKEN) on \
+             the non-loopback address {} (CONTEXT_OPS_BIND / --bind) is refused: set a token, listen on \
+             127.0.0.1, or allow it with CONTEXT_OPS_ALLOW_OPEN=true / --allow-open",
+            self.http.bind
+        );
         Ok(())
     }
 

@@ -39,6 +39,11 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// (30 s) has its in-flight messages re-enqueued by the other workers of its queue.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 pub const MISSED_HEARTBEATS: usize = 6;
+/// How long one push may take. A submission answers after it whatever the queue does (the
+/// row is the truth: a push that failed or timed out is the dispatcher's to do), and a
+/// dispatcher round with Redis down stops at its first slow push instead of blocking on the
+/// connection's reconnect attempts.
+pub const PUSH_TIMEOUT: Duration = Duration::from_millis(300);
 /// How long running handlers get to finish after shutdown is requested.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -167,15 +172,46 @@ impl Queue {
         let operation_id = message.operation_id.clone();
         let payload = serde_json::to_vec(&message)?;
         let queue = self.queue_name(kind);
-        let result = match &self.inner.backend {
-            Backend::Redis(r) => r.push(&queue, payload).await,
-            Backend::Sqlite(s) => s.push(&queue, payload).await,
+        let push = async {
+            match &self.inner.backend {
+                Backend::Redis(r) => r.push(&queue, payload).await,
+                Backend::Sqlite(s) => s.push(&queue, payload).await,
+            }
+        };
+        let result = match tokio::time::timeout(PUSH_TIMEOUT, push).await {
+            Ok(result) => result,
+            Err(_) => Err(anyhow::anyhow!("no answer within {PUSH_TIMEOUT:?}")),
         };
         let outcome = if result.is_ok() { "ok" } else { "error" };
         metrics::counter!(crate::metrics::QUEUE_PUSHES, "kind" => kind.as_str(), "outcome" => outcome).increment(1);
         result.with_context(|| format!("cannot push operation {operation_id} to queue {queue}"))?;
         self.inner.wake[kind_index(kind)].notify_one();
         Ok(())
+    }
+
+    /// Whether the queue may have lost messages since the last call: true when Redis no
+    /// longer holds this deployment's marker key (a restart without persistence, a flush,
+    /// or the first call ever), which this call then sets again. `SET NX` makes exactly one
+    /// process of the deployment see each loss. The SQLite queue lives in the database and
+    /// loses nothing.
+    pub async fn lost_messages(&self) -> anyhow::Result<bool> {
+        match &self.inner.backend {
+            Backend::Redis(r) => {
+                let marker = format!("{}:marker", self.inner.namespace);
+                tokio::time::timeout(PUSH_TIMEOUT, r.set_marker(&marker))
+                    .await
+                    .map_err(|_| anyhow::anyhow!("Redis did not answer within {PUSH_TIMEOUT:?}"))?
+            }
+            Backend::Sqlite(_) => Ok(false),
+        }
+    }
+
+    /// The queue answers (readiness): `PING` on Redis; the SQLite queue is the database.
+    pub async fn ping(&self) -> anyhow::Result<()> {
+        match &self.inner.backend {
+            Backend::Redis(r) => r.ping().await,
+            Backend::Sqlite(_) => Ok(()),
+        }
     }
 
     /// Messages per state in the kind's queue, read directly (LLEN/ZCOUNT/SCARD on Redis, a

@@ -126,6 +126,19 @@ impl RedisQueue {
         Ok(())
     }
 
+    pub(super) async fn ping(&self) -> anyhow::Result<()> {
+        let mut conn = self.conn.clone();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// `SET key NX`: true when the key was missing (and is now set).
+    pub(super) async fn set_marker(&self, key: &str) -> anyhow::Result<bool> {
+        let mut conn = self.conn.clone();
+        let set: Option<String> = redis::cmd("SET").arg(key).arg(now_secs()).arg("NX").query_async(&mut conn).await?;
+        Ok(set.is_some())
+    }
+
     pub(super) async fn depth(&self, queue: &str) -> anyhow::Result<QueueDepth> {
         let config = apalis_config(queue);
         let mut conn = self.conn.clone();

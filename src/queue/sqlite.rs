@@ -1,5 +1,5 @@
-//! The embedded backend (apalis-sqlite) on the service's own SQLite pool: migrations, push,
-//! depth, vacuum, workers.
+//! The embedded backend (apalis-sqlite) on the service's own SQLite file, through a small
+//! pool of its own: migrations, push, depth, vacuum, workers.
 //!
 //! apalis-sqlite keeps every message as a row of `Jobs` (`job_type` = queue name) moving
 //! `Pending → Queued` (fetched) `→ Running` (locked) `→ Done`, and its workers in `Workers`.
@@ -11,7 +11,8 @@ use anyhow::Context as _;
 use apalis::prelude::{BackendExt as _, TaskBuilder, WorkerBuilder, WorkerBuilderExt as _, WorkerContext};
 use apalis_sqlite::{Config as SqliteConfig, SqliteStorage};
 use futures::FutureExt as _;
-use sqlx::SqlitePool;
+use sqlx::sqlite::SqlitePoolOptions;
+use sqlx::{ConnectOptions as _, SqlitePool};
 use tokio::sync::Notify;
 
 use super::worker::{Deliver, Envelope, LenientCodec, WakeOrInterval, WorkerRun};
@@ -20,6 +21,9 @@ use crate::store::{Db, queue_jobs};
 
 /// apalis-sqlite's migrations are tracked here, apart from `_sqlx_migrations` (ours).
 const APALIS_MIGRATIONS_TABLE: &str = "_apalis_migrations";
+
+/// Connections of the queue's own pool (six kinds' workers poll through it).
+const QUEUE_CONNECTIONS: u32 = 4;
 
 pub(super) struct SqliteQueue {
     pool: SqlitePool,
@@ -38,7 +42,23 @@ fn apalis_config(queue: &str) -> SqliteConfig {
 }
 
 impl SqliteQueue {
+    /// `pool` is the service's; the queue opens its own connections to the same file with
+    /// statement logging off: apalis' polling statements wait on the write lock behind
+    /// every export batch and would flood the log with sqlx's slow-statement warnings,
+    /// which stay on for the service's own statements.
     pub(super) async fn connect(db: &Db, pool: SqlitePool) -> anyhow::Result<Self> {
+        let options = (*pool.connect_options()).clone();
+        // An in-memory database is its connections' own: share them.
+        let pool = if options.get_filename().to_string_lossy().contains(":memory:") {
+            pool
+        } else {
+            SqlitePoolOptions::new()
+                .max_connections(QUEUE_CONNECTIONS)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_with(options.disable_statement_logging())
+                .await
+                .context("cannot open the SQLite queue's connections")?
+        };
         let _lock = db.migration_lock().await?;
         let mut migrator = SqliteStorage::migrations();
         migrator.dangerous_set_table_name(APALIS_MIGRATIONS_TABLE);

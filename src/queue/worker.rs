@@ -212,7 +212,8 @@ pub(super) fn worker_name(kind: ContextOperationKind, restarts: u32) -> String {
 
 fn restart_delay(consecutive_failures: u32) -> Duration {
     let base = Duration::from_millis(250).saturating_mul(1 << consecutive_failures.min(6));
-    base.min(Duration::from_secs(10)) + Duration::from_millis(fastrand::u64(..250))
+    // Capped low: after a Redis outage the workers must be fetching again within seconds.
+    base.min(Duration::from_secs(2)) + Duration::from_millis(fastrand::u64(..250))
 }
 
 /// Run one kind's worker until `shutdown`: restart it (new name, backoff) whenever it ends on

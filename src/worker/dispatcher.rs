@@ -14,7 +14,7 @@ use crate::metrics as m;
 use crate::queue::Queue;
 use crate::store::operations::{dispatch, transitions};
 use crate::store::{Db, artifacts, now_ms};
-use context_jobs::contract::{ContextOperationKind, ContextOperationState, RetentionPolicy};
+use context_jobs::contract::{ContextOperationKind, ContextOperationState};
 use context_jobs::operation::ErrorCode;
 
 pub fn spawn(
@@ -43,18 +43,17 @@ pub fn spawn(
                 tracing::debug!(error = format!("{e:#}"), "gauge refresh failed");
             }
             let now = now_ms();
-            if config.retention.retention_sweep_secs > 0 && now - last_sweep_check > 5_000 {
+            if let Some(policy) = config.retention.sweep_policy()
+                && now - last_sweep_check > 5_000
+            {
                 last_sweep_check = now;
-                let policy = RetentionPolicy {
-                    max_age_days: (config.retention.retention_max_age_days > 0)
-                        .then_some(config.retention.retention_max_age_days),
-                    max_messages: (config.retention.retention_max_messages > 0)
-                        .then_some(config.retention.retention_max_messages),
-                };
                 let period = config.retention.retention_sweep_secs as i64 * 1000;
-                match super::sweep::sweep_tick(&db, &holder, period, &policy, i64::from(config.worker.batch_size)).await
-                {
-                    Ok(Some(n)) => tracing::info!(deleted = n, "retention sweep finished"),
+                match super::sweep::sweep_tick(&db, &holder, period, &policy).await {
+                    Ok(Some(run)) => tracing::info!(
+                        operations = run.operations,
+                        planned_messages = run.planned,
+                        "retention sweep submitted its retention operations"
+                    ),
                     Ok(None) => {}
                     Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
                 }
@@ -100,9 +99,21 @@ pub async fn dispatch_once(db: &Db, queue: &Queue, repush_after_ms: i64) -> anyh
         metrics::counter!(m::OPERATIONS_FINISHED, "kind" => kind.as_str(), "outcome" => ContextOperationState::Failed.as_str())
             .increment(1);
     }
+    // Redis lost its data (restart without persistence, flush): every message pushed before
+    // is gone, so push every unfinished operation again now rather than after the repush age.
+    match queue.lost_messages().await {
+        Ok(true) => {
+            let n = dispatch::unmark_all(db).await?;
+            if n > 0 {
+                tracing::warn!(operations = n, "the queue lost its messages; pushing unfinished operations again");
+            }
+        }
+        Ok(false) => {}
+        Err(e) => tracing::debug!(error = format!("{e:#}"), "cannot check the queue marker"),
+    }
     let due = dispatch::take_dispatchable(db, repush_after_ms, 500).await?;
     let mut pushed = 0;
-    for op in &due {
+    for (i, op) in due.iter().enumerate() {
         let push =
             if op.orphaned { queue.push_recovery(op.kind, &op.id).await } else { queue.push(op.kind, &op.id).await };
         match push {
@@ -112,8 +123,14 @@ pub async fn dispatch_once(db: &Db, queue: &Queue, repush_after_ms: i64) -> anyh
                     if op.orphaned { ErrorCode::LeaseExpired.as_str() } else { ContextOperationState::Queued.as_str() };
                 metrics::counter!(m::DISPATCHED, "kind" => op.kind.as_str(), "reason" => reason).increment(1);
             }
-            // Left marked as pushed: a round after `repush_after_ms` tries again.
-            Err(e) => tracing::warn!(operation = %op.id, error = format!("{e:#}"), "dispatcher push failed"),
+            // The queue is down or slow: unmark this one and the rest of the round, so the
+            // next round (not one after the repush age) tries them again.
+            Err(e) => {
+                tracing::warn!(operation = %op.id, error = format!("{e:#}"), "dispatcher push failed");
+                let rest: Vec<&str> = due[i..].iter().map(|op| op.id.as_str()).collect();
+                dispatch::unmark(db, &rest).await?;
+                break;
+            }
         }
     }
     Ok(pushed)

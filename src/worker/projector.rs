@@ -59,7 +59,7 @@ pub async fn run_tick(db: &Db, embedder: &Embedder, holder: &str, period_ms: i64
     let outcome = drain(db, embedder).await;
     let written = *outcome.as_ref().unwrap_or(&0);
     maintenance::finish(db, PROJECTOR_NAME, holder, written as i64).await?;
-    metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "projector").increment(written);
+    metrics::counter!(crate::metrics::PROJECTOR_VECTORS).increment(written);
     outcome.map(Some)
 }
 

@@ -105,6 +105,11 @@ impl Runner {
         if claimed.is_none() {
             // Nothing to start: another worker took it, it finished, or work is held back.
             metrics::counter!(m::DUPLICATE_DELIVERIES, "kind" => kind.as_str()).increment(1);
+            if recover {
+                // Not an orphan after all (its owner answered again): drop the push mark the
+                // recovery set, or the owner's real death would wait out the repush age.
+                dispatch::unmark_running(&self.db, hint).await?;
+            }
         }
         while let Some(next) = claimed.take() {
             self.run(next).await?;

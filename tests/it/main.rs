@@ -18,6 +18,7 @@ mod entries;
 mod faults;
 mod inference;
 mod messages;
+mod metrics_scrape;
 mod operations;
 mod projection_migration;
 mod queue;

@@ -81,7 +81,7 @@ async fn invalid_configuration_fails_with_one_line_without_echoing_the_secret() 
 async fn unreachable_postgres_fails_with_one_redacted_line() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = command(dir.path(), &["serve"]);
-    // Port 1 refuses connections; the pool retries until its 10 s acquire timeout.
+    // Port 1 refuses connections: the direct probe fails at once.
     cmd.env("DATABASE_URL", "postgres://postgres:hunter2@127.0.0.1:1/nope");
     let run = run(cmd, dir.path(), Duration::from_secs(40)).await;
     let line = assert_one_line_failure(&run);
@@ -198,4 +198,113 @@ async fn serve_starts_in_open_mode_and_exits_zero_on_sigterm() {
     assert!(status.success(), "SIGTERM must be a clean exit 0, got {status:?}:\n{stderr}");
     assert!(stderr.contains("shutting down"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// A usage error: exit 2 and one stderr line.
+fn assert_usage_error(run: &Finished) -> String {
+    assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+    let lines = non_empty_lines(&run.stderr);
+    assert_eq!(lines.len(), 1, "exactly one stderr line expected:\n{}", run.stderr);
+    lines[0].to_string()
+}
+
+#[tokio::test]
+async fn a_bad_value_names_the_flag_and_the_variable_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = command(dir.path(), &["serve"]);
+    cmd.env("CONTEXT_OPS_BATCH_SIZE", "abc");
+    let line = assert_usage_error(&run(cmd, dir.path(), Duration::from_secs(5)).await);
+    assert!(line.contains("--batch-size") && line.contains("CONTEXT_OPS_BATCH_SIZE"), "{line}");
+    assert!(line.contains("'abc'"), "{line}");
+    let cmd = command(dir.path(), &["worker", "--lease-secs", "soon"]);
+    let line = assert_usage_error(&run(cmd, dir.path(), Duration::from_secs(5)).await);
+    assert!(line.contains("--lease-secs") && line.contains("CONTEXT_OPS_LEASE_SECS"), "{line}");
+}
+
+#[tokio::test]
+async fn a_driver_message_is_printed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = command(dir.path(), &["migrate"]);
+    cmd.env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/no_such_database_here");
+    let run = run(cmd, dir.path(), Duration::from_secs(20)).await;
+    let line = assert_one_line_failure(&run);
+    assert_eq!(line.matches("does not exist").count(), 1, "{line}");
+}
+
+#[tokio::test]
+async fn each_subcommand_help_shows_only_its_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let help = |sub: &'static str| {
+        let out = command(dir.path(), &[sub, "--help"]).output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (serve, worker, migrate, health) = (help("serve"), help("worker"), help("migrate"), help("health"));
+    for heading in ["HTTP API:", "Database:", "Queue:", "Authentication:"] {
+        assert!(serve.contains(heading), "serve groups by concern: {heading}\n{serve}");
+    }
+    assert!(!worker.contains("--bind ") && !worker.contains("Authentication:"), "{worker}");
+    assert!(!migrate.contains("--redis-url") && !migrate.contains("--bind "), "{migrate}");
+    assert!(!health.contains("--database-url") && health.contains("--url"), "{health}");
+}
+
+#[tokio::test]
+async fn open_mode_on_a_public_address_is_refused_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("x.sqlite").display());
+    let port = free_port();
+    let bind = format!("0.0.0.0:{port}");
+    let mut cmd = command(dir.path(), &["serve"]);
+    cmd.env("DATABASE_URL", &url).env("CONTEXT_OPS_BIND", &bind);
+    let line = assert_one_line_failure(&run(cmd, dir.path(), Duration::from_secs(10)).await);
+    assert!(line.contains("open mode") && line.contains("CONTEXT_OPS_ALLOW_OPEN"), "{line}");
+    assert!(!dir.path().join("x.sqlite").exists(), "refused before the database is touched");
+
+    let mut cmd = command(dir.path(), &["serve"]);
+    cmd.env("DATABASE_URL", &url).env("CONTEXT_OPS_BIND", &bind).env("CONTEXT_OPS_ALLOW_OPEN", "true");
+    let mut serve = Proc::spawn("serve-open", cmd, dir.path());
+    // `context-ops health` finds the process from the same variables (0.0.0.0 → loopback).
+    let health = || {
+        let mut cmd = command(dir.path(), &["health"]);
+        cmd.env("CONTEXT_OPS_BIND", &bind);
+        cmd.output().unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        serve.assert_alive();
+        let out = health();
+        if out.status.success() {
+            assert!(String::from_utf8_lossy(&out.stdout).contains("ready"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "never ready: {}", String::from_utf8_lossy(&out.stderr));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    serve.kill();
+    let out = health();
+    assert_eq!(out.status.code(), Some(1), "nothing listening: health fails");
+    assert_eq!(non_empty_lines(&String::from_utf8_lossy(&out.stderr)).len(), 1);
+}
+
+#[tokio::test]
+async fn a_worker_is_health_checked_on_its_metrics_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut cmd = command(dir.path(), &["worker"]);
+    cmd.env("DATABASE_URL", format!("sqlite:{}", dir.path().join("w.sqlite").display()))
+        .env("CONTEXT_OPS_METRICS_BIND", &metrics);
+    let mut worker = Proc::spawn("worker", cmd, dir.path());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        worker.assert_alive();
+        let mut cmd = command(dir.path(), &["health"]);
+        let out = cmd.env("CONTEXT_OPS_METRICS_BIND", &metrics).output().unwrap();
+        if out.status.success() {
+            let said = String::from_utf8_lossy(&out.stdout).to_string();
+            assert!(said.contains(&format!("http://{metrics}/health/ready")), "{said}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never ready: {}", String::from_utf8_lossy(&out.stderr));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -74,14 +74,16 @@ impl Job for Export {
 }
 
 /// First run: create the artifact, name it on the operation, and checkpoint the header
-/// with the expected record count. Returns the checkpoint and that total.
+/// with the expected record count (messages and entries: the total only grows from there,
+/// if records are added while the export runs). Returns the checkpoint and that total.
 async fn start(ctx: &JobCtx, args: &ExportArgs) -> Result<(ExportCheckpoint, i64), JobError> {
     let tenant = ctx.tenant();
-    let total = if args.filter.is_empty() {
+    let messages = if args.filter.is_empty() {
         messages::count_estimate(&ctx.db, tenant).await?
     } else {
         artifacts::export_filter::count_messages(&ctx.db, tenant, &args.filter).await?
     };
+    let total = messages + entries::reads::export_count(&ctx.db, tenant, args.include_expired, &args.filter).await?;
     let artifact_id = ArtifactId::from_ulid(ulid::Ulid::generate());
     let header = Header::new(tenant.as_str(), ctx.operation.created_at_ms);
     let mut encoder = Encoder::new(ctx.config.artifacts.artifact_chunk_bytes, &header);

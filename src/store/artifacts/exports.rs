@@ -47,7 +47,7 @@ pub async fn insert_chunks(tx: &mut Tx, id: &ArtifactId, chunks: &[(u64, Vec<u8>
     // that each once carried a chunk does not hold one apiece.
     match tx {
         Tx::Postgres(c) => sqlx::Connection::shrink_buffers(&mut **c),
-        Tx::Sqlite(c) => sqlx::Connection::shrink_buffers(&mut **c),
+        Tx::Sqlite(c) => sqlx::Connection::shrink_buffers(&mut ***c),
     }
     Ok(())
 }

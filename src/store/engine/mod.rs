@@ -39,14 +39,51 @@ pub enum Engine {
 /// `SQLITE_BUSY` instead of waiting.
 pub enum Tx {
     Postgres(Transaction<'static, sqlx::Postgres>),
-    Sqlite(Transaction<'static, sqlx::Sqlite>),
+    Sqlite(SqliteTx),
 }
+
+/// A SQLite write transaction and this process' turn to write the file. Writers of one
+/// process wait for their turn in order (a fair async lock) instead of in SQLite's busy
+/// handler, whose growing sleeps (up to 100 ms each) let a waiting writer lose the lock
+/// again and again: that was the append tail (p99 over a second with 8 writers). Other
+/// processes on the file still meet the busy timeout. The transaction is dropped (rolled
+/// back) before the turn is released.
+pub struct SqliteTx {
+    tx: Transaction<'static, sqlx::Sqlite>,
+    _turn: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl std::ops::Deref for SqliteTx {
+    type Target = Transaction<'static, sqlx::Sqlite>;
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for SqliteTx {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
+}
+
+/// The write turn of the SQLite file `pool` opens, one per file in this process.
+fn write_turn(pool: &SqlitePool) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static TURNS: OnceLock<Mutex<HashMap<std::path::PathBuf, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
+    let file = pool.connect_options().get_filename().to_path_buf();
+    let mut turns = TURNS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    turns.entry(file).or_default().clone()
+}
+
+/// How long a writer waits for its turn: SQLite's own busy timeout (see `Db::connect`).
+const SQLITE_WRITE_WAIT: Duration = Duration::from_secs(30);
 
 impl Tx {
     pub async fn commit(self) -> Result<(), sqlx::Error> {
         match self {
             Tx::Postgres(tx) => tx.commit().await,
-            Tx::Sqlite(tx) => tx.commit().await,
+            Tx::Sqlite(tx) => tx.tx.commit().await,
         }
     }
 
@@ -128,9 +165,20 @@ pub fn redact_url(url: &str) -> String {
 /// PostgreSQL `idle_in_transaction_session_timeout` of every connection (see `Db::connect`).
 const IDLE_IN_TRANSACTION_TIMEOUT: &str = "5s";
 
+/// How long a PostgreSQL request waits for a pool connection by default. With the server
+/// down, sqlx retries the refused connection until this deadline, so it is also how long
+/// every request takes to answer 503: short, so callers and health checks learn fast.
+pub const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(800);
+
 impl Db {
     /// Connect to `url` (`postgres://…` or `sqlite:…`), failing fast with one clear line.
     pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Db> {
+        Self::connect_with(url, max_connections, PG_ACQUIRE_TIMEOUT).await
+    }
+
+    /// [`Self::connect`] with the PostgreSQL pool's acquire timeout (SQLite waits on its
+    /// write lock instead, and keeps its own 30 s).
+    pub async fn connect_with(url: &str, max_connections: u32, pg_acquire_timeout: Duration) -> anyhow::Result<Db> {
         let shown = redact_url(url);
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url)
@@ -155,7 +203,7 @@ impl Db {
                 // to answer its first large result ~90 ms late. Opened at start-up (tens of
                 // milliseconds; a lazily filled pool was found still cold when the burst came).
                 .min_connections(max_connections.min(WARM_CONNECTIONS))
-                .acquire_timeout(Duration::from_secs(10))
+                .acquire_timeout(pg_acquire_timeout)
                 .after_connect(|conn, _| Box::pin(nodelay::disable_nagle(conn)))
                 .connect_with(options)
                 .await
@@ -192,7 +240,12 @@ impl Db {
     pub async fn begin_write(&self) -> Result<Tx, sqlx::Error> {
         Ok(match self {
             Db::Postgres(pool) => Tx::Postgres(pool.begin().await?),
-            Db::Sqlite(pool) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
+            Db::Sqlite(pool) => {
+                let turn = tokio::time::timeout(SQLITE_WRITE_WAIT, write_turn(pool).lock_owned())
+                    .await
+                    .map_err(|_| sqlx::Error::PoolTimedOut)?;
+                Tx::Sqlite(SqliteTx { tx: pool.begin_with("BEGIN IMMEDIATE").await?, _turn: turn })
+            }
         })
     }
 

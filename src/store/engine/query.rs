@@ -166,7 +166,7 @@ macro_rules! on_engine {
                 $run
             }
             Exec::Tx(Tx::Sqlite(tx)) => {
-                let ($q, $e) = (bind_all(sqlx::query::<Sqlite>(sql), args), &mut **tx);
+                let ($q, $e) = (bind_all(sqlx::query::<Sqlite>(sql), args), &mut ***tx);
                 $run
             }
         }

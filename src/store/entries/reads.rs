@@ -64,8 +64,7 @@ pub async fn export_page(
     after_id: Option<&str>,
     limit: usize,
 ) -> StoreResult<Vec<ContextInsight>> {
-    let filter =
-        if include_expired { "" } else { " AND status <> $4 AND (expires_at_ms IS NULL OR expires_at_ms >= $5)" };
+    let filter = export_filter(include_expired, 4);
     let only = crate::store::artifacts::export_filter::predicate(db.engine(), tenant, only);
     let sql = format!(
         "SELECT {ENTRY_COLUMNS} FROM context_entries WHERE tenant = $1 AND id > $2{filter}{only} ORDER BY id ASC LIMIT $3"
@@ -76,4 +75,31 @@ pub async fn export_page(
     }
     let rows: Vec<EntryRow> = q.fetch_all(db).await?;
     rows.into_iter().map(entry_from_row).collect()
+}
+
+/// How many entries an export will write (its expected total, with the messages).
+pub async fn export_count(
+    db: &Db,
+    tenant: &TenantKey,
+    include_expired: bool,
+    only: &ExportFilter,
+) -> StoreResult<i64> {
+    let filter = export_filter(include_expired, 2);
+    let only = crate::store::artifacts::export_filter::predicate(db.engine(), tenant, only);
+    let sql = format!("SELECT COUNT(*) FROM context_entries WHERE tenant = $1{filter}{only}");
+    let mut q = query(AssertSqlSafe(sql)).bind(tenant.as_str());
+    if !include_expired {
+        q = q.bind(status_str(context_jobs::contract::ContextInsightStatus::Expired)).bind(now_ms());
+    }
+    Ok(q.fetch_scalar(db).await?)
+}
+
+/// The entries an export leaves out unless `include_expired`: expired by status or by time
+/// (two parameters from `$start`: the expired status, now).
+fn export_filter(include_expired: bool, start: usize) -> String {
+    if include_expired {
+        String::new()
+    } else {
+        format!(" AND status <> ${start} AND (expires_at_ms IS NULL OR expires_at_ms >= ${})", start + 1)
+    }
 }

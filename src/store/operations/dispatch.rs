@@ -78,6 +78,35 @@ pub async fn clear_pushed(db: &Db, id: &OperationId) -> StoreResult<()> {
     Ok(())
 }
 
+/// Clear the push mark of `ids` (a dispatcher push that failed): the next round takes them.
+pub async fn unmark(db: &Db, ids: &[&str]) -> StoreResult<()> {
+    for id in ids {
+        query("UPDATE operations SET pushed_at_ms = NULL WHERE id = $1").bind(*id).execute(db).await?;
+    }
+    Ok(())
+}
+
+/// Clear the push mark of a running operation (a recovery found it still owned).
+pub async fn unmark_running(db: &Db, id: &OperationId) -> StoreResult<()> {
+    query("UPDATE operations SET pushed_at_ms = NULL WHERE id = $1 AND state = $2")
+        .bind(id.as_str())
+        .bind(State::Running.as_str())
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Clear the push mark of every unfinished operation (the queue lost its messages); how
+/// many were marked.
+pub async fn unmark_all(db: &Db) -> StoreResult<u64> {
+    query("UPDATE operations SET pushed_at_ms = NULL WHERE state IN ($1, $2) AND pushed_at_ms IS NOT NULL")
+        .bind(State::Queued.as_str())
+        .bind(State::Running.as_str())
+        .execute(db)
+        .await
+        .map_err(Into::into)
+}
+
 /// Forget a terminal operation. Non-terminal ones must be cancelled first (409).
 pub async fn forget(db: &Db, tenant: &TenantKey, id: &OperationId) -> StoreResult<()> {
     if forget_terminal(db, Some(tenant), &[id.as_str()]).await? == 1 {

@@ -67,3 +67,35 @@ async fn export_delete_import_export_round_trip(app: TestApp) {
 }
 
 backend_tests!(start = small_config; export_delete_import_export_round_trip);
+
+/// An export's `total` is the expected record count (messages and entries) from its first
+/// checkpoint on, and never below `processed`: progress reads less than 100 % until the end.
+async fn export_progress_starts_at_the_expected_total(app: TestApp) {
+    seed(&app).await;
+    for batch in 0..6 {
+        let records: Vec<_> = (0..500)
+            .map(|i| crate::harness::message("bulk", &format!("b-{batch}-{i:03}"), "user", "some text to export"))
+            .collect();
+        app.append_records(&records).await;
+    }
+    let expected = 44 + 3000 + 2;
+    let mut op = app.submit(EXPORTS, &json!({})).await;
+    let mut exporting = Vec::new();
+    while !op.state.is_terminal() {
+        if op.phase == context_jobs::kinds::export::PHASE_EXPORTING {
+            exporting.push((op.processed, op.total));
+        }
+        let version = op.version;
+        op =
+            app.wait_until(&op.id, std::time::Duration::from_secs(60), "a new version", |o| o.version != version).await;
+    }
+    assert_eq!(op.state, ContextOperationState::Succeeded, "{op:?}");
+    assert_eq!((op.processed, op.total), (expected, expected), "{op:?}");
+    assert!(!exporting.is_empty(), "no snapshot in the exporting phase was seen: {op:?}");
+    for (processed, total) in &exporting {
+        assert_eq!(*total, expected, "every exporting snapshot: {exporting:?}");
+        assert!(processed < total || *processed == expected, "{exporting:?}");
+    }
+}
+
+backend_tests!(start = small_config; export_progress_starts_at_the_expected_total);

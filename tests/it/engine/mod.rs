@@ -16,6 +16,7 @@ use crate::harness::wait::poll_until;
 use crate::harness::{Backend, OpClient, message, prometheus};
 
 mod deliveries;
+mod logs;
 mod pruning;
 mod retries;
 

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 mod fencing;
 mod orphan;
+mod outages;
+mod proxy;
 mod redis_restart;
 mod sigkill;
 

@@ -27,8 +27,10 @@ async fn states(db: &Db) -> Vec<(String, i64, i64)> {
 
 /// A private Redis so the shared one is untouched. The worker is frozen while the 20
 /// operations are submitted and Redis is killed and restarted empty, so every message is
-/// lost and every operation must come back through the dispatcher's re-push; the worker and
-/// the API both live through the restart on their existing connections.
+/// lost and every operation must come back through the dispatcher, which sees the loss
+/// (its marker key is gone) and pushes them again at once — the repush age is left at its
+/// 60 s default, so waiting it out cannot pass; the worker and the API both live through
+/// the restart on their existing connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_loses_no_operation() {
     const CONVERSATIONS: usize = 20;
@@ -44,7 +46,7 @@ async fn redis_restart_loses_no_operation() {
 
     let mut api = fx.env.spawn("api", "api");
     api.wait_healthy(HEALTHY_WITHIN).await;
-    let mut worker = fx.env.spawn("worker", "worker");
+    let mut worker = fx.env.spawn_with("worker", "worker", &[("CONTEXT_OPS_REPUSH_AFTER_MS", "60000")]);
     // The worker has no listener; wait until it has started (its log says so).
     poll_until("the worker to start", HEALTHY_WITHIN, || {
         worker.proc.assert_alive();
@@ -65,6 +67,7 @@ async fn redis_restart_loses_no_operation() {
     redis.kill();
     redis = start_redis(redis_dir.path(), "redis-2", port);
     worker.proc.signal("CONT");
+    let resumed = Instant::now();
 
     for (id, name) in ids.iter().zip(&names) {
         let done = api.api.wait_until(id, Duration::from_secs(120), "finished", |op| op.state.is_terminal()).await;
@@ -72,12 +75,15 @@ async fn redis_restart_loses_no_operation() {
         assert_eq!(done.result_json()["deletedMessages"], json!(EACH), "{name}: {done:?}");
         assert_eq!(fx.messages(name).await, 0, "{name}");
     }
+    let recovered = resumed.elapsed();
     let restarts = worker.proc.log().lines().filter(|l| l.contains("restarting")).count();
     println!(
-        "all {CONVERSATIONS} operations succeeded {:.1}s after submission across a Redis restart \
-         (queue-worker restarts in the worker process: {restarts})",
-        submitted.elapsed().as_secs_f64()
+        "all {CONVERSATIONS} operations succeeded {:.1}s after submission across a Redis restart, \
+         {:.2}s after the worker resumed (queue-worker restarts in the worker process: {restarts})",
+        submitted.elapsed().as_secs_f64(),
+        recovered.as_secs_f64()
     );
+    assert!(recovered < Duration::from_secs(5), "lost work ran again {recovered:?} after Redis came back");
     worker.proc.assert_alive();
     api.proc.assert_alive();
     drop(redis);

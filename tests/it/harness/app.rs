@@ -101,6 +101,9 @@ impl TestApp {
         config.http.bind = "127.0.0.1:0".parse().unwrap();
         config.database.database_url = fresh_database(backend, dir.path()).await;
         config.database.db_max_connections = 8;
+        // Many apps share a 2-core machine here: a pool wait is contention, not an outage
+        // (`faults::outages` runs the binary with the production default).
+        config.database.db_acquire_timeout_ms = 5000;
         config.queue.queue_namespace = unique("q");
         if backend == Backend::Postgres {
             config.queue.redis_url = Some(redis_url());

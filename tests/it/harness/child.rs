@@ -156,6 +156,9 @@ impl ServiceEnv {
             .env("CONTEXT_OPS_BATCH_SIZE", "2000")
             .env("CONTEXT_OPS_RETENTION_SWEEP_SECS", "0")
             .env("CONTEXT_OPS_DB_MAX_CONNECTIONS", "6")
+            // A pool wait on the shared machine is contention, not an outage (the outage
+            // test runs with the production default).
+            .env("CONTEXT_OPS_DB_ACQUIRE_TIMEOUT_MS", "5000")
             .env("RUST_LOG", "info,sqlx=warn");
         if let Some(redis) = &self.redis_url {
             cmd.env("REDIS_URL", redis);

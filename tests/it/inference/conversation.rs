@@ -42,6 +42,7 @@ async fn append_reply_with_history(backend: Backend) {
     let id = op["id"].as_str().unwrap().to_string();
     let op = app.wait_terminal(&id).await;
     assert_eq!(op.state, ContextOperationState::Succeeded, "{op:?}");
+    assert_eq!((op.processed, op.total), (1, 1), "one turn, done: {op:?}");
     let reply_id = format!("{id}:reply");
     assert_eq!(op.result_json()["appendedMessageId"], reply_id);
     let sent = &fake.received()[0].body;

@@ -1,11 +1,15 @@
-//! The retention sweep: it trims every conversation to the configured policy on its own
-//! schedule, and one tick runs in exactly one holder at a time.
+//! The retention sweep: off unless a policy is configured; when on, it submits a
+//! `retention` operation for every conversation its policy trims (listed like any other),
+//! on its own schedule, and one tick runs in exactly one holder at a time.
 
 use std::time::Duration;
 
-use super::{count, seed};
+use context_jobs::contract::{ContextOperationKind, ContextOperationState};
+use context_ops::config::Config;
+
+use super::{OPS, count, seed};
 use crate::harness::wait::poll_until;
-use crate::harness::{Backend, TestApp};
+use crate::harness::{Backend, OperationExt as _, TestApp};
 
 async fn retention_sweep(backend: Backend) {
     let app = TestApp::start_with(backend, |c| {
@@ -26,9 +30,31 @@ async fn retention_sweep(backend: Backend) {
         Err(status.to_string())
     })
     .await;
+    // The trim is an operation of the tenant, listed with its kind, and it ran.
+    let (status, listed) = app.get(&format!("{OPS}?kind=retention")).await;
+    assert_eq!(status, 200, "{listed}");
+    let items = listed["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "one operation, for the one conversation trimmed: {listed}");
+    let id = items[0]["id"].as_str().unwrap();
+    let op = app.wait_terminal(id).await;
+    assert_eq!((op.kind, op.state), (ContextOperationKind::Retention, ContextOperationState::Succeeded), "{op:?}");
+    assert_eq!(op.result_json()["deletedMessages"], 7, "{op:?}");
     assert_eq!(count(&app, "sweep-a").await, 5);
     assert_eq!(count(&app, "sweep-b").await, 3);
     app.stop().await;
+}
+
+/// A fresh install deletes nothing on its own: the default configuration has no sweep
+/// policy, so the sweep is off (and says so only when on).
+#[test]
+fn the_sweep_is_off_by_default() {
+    let config = Config::defaults();
+    assert!(config.retention.retention_sweep_secs > 0, "the period alone does not turn it on");
+    assert_eq!(config.retention.sweep_policy(), None);
+    let mut on = Config::defaults();
+    on.retention.retention_max_age_days = 90;
+    let policy = on.retention.sweep_policy().expect("a policy turns it on");
+    assert_eq!((policy.max_age_days, policy.max_messages), (Some(90), None));
 }
 
 async fn sweep_ticks_are_exclusive(backend: Backend) {
@@ -38,9 +64,9 @@ async fn sweep_ticks_are_exclusive(backend: Backend) {
     let tick = |holder: &'static str| {
         let db = db.clone();
         let policy = policy.clone();
-        tokio::spawn(async move {
-            context_ops::worker::sweep::sweep_tick(&db, holder, 3_600_000, &policy, 100).await.unwrap()
-        })
+        tokio::spawn(
+            async move { context_ops::worker::sweep::sweep_tick(&db, holder, 3_600_000, &policy).await.unwrap() },
+        )
     };
     let (a, b, c) = tokio::join!(tick("a"), tick("b"), tick("c"));
     let ran = [a.unwrap(), b.unwrap(), c.unwrap()].iter().filter(|r| r.is_some()).count();

@@ -1,6 +1,8 @@
 //! Prometheus metrics: the recorder (installed once per process), the HTTP middleware, and
-//! the names of every metric we emit, so a name is spelled in one place only.
-//! Labels are bounded: route templates, methods, status classes, kinds, states, outcomes.
+//! the names of every metric we emit, so a name is spelled in one place only, with its
+//! HELP text (`describe`, in `catalogue.rs`) and its zero series registered at startup.
+//! Labels are bounded: route templates, methods, status codes, kinds, states, outcomes;
+//! `kind` is always an operation kind.
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -9,6 +11,8 @@ use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+mod catalogue;
 
 pub const HTTP_REQUESTS: &str = "context_ops_http_requests_total";
 pub const HTTP_DURATION: &str = "context_ops_http_request_duration_seconds";
@@ -31,6 +35,8 @@ pub fn handle() -> PrometheusHandle {
             // Another recorder may already be installed (an embedding program): keep ours
             // rendering what it has rather than failing startup.
             let _ = metrics::set_global_recorder(recorder);
+            catalogue::describe();
+            catalogue::register_zeros();
             handle
         })
         .clone()
@@ -57,12 +63,8 @@ pub async fn track_http(request: Request, next: Next) -> Response {
     let method = request.method().as_str().to_owned();
     let response = next.run(request).await;
     let status = response.status().as_u16();
-    let labels = [
-        ("route", route),
-        ("method", method),
-        ("status", status.to_string()),
-        ("status_class", status_class(status).to_owned()),
-    ];
+    // The status code alone: a class is `status=~"5.."` away.
+    let labels = [("route", route), ("method", method), ("status", status.to_string())];
     metrics::counter!(HTTP_REQUESTS, &labels).increment(1);
     metrics::histogram!(HTTP_DURATION, &labels[..2]).record(start.elapsed().as_secs_f64());
     response
@@ -74,6 +76,12 @@ pub const IDEMPOTENT_REPLAYS: &str = "context_ops_idempotent_replays_total";
 pub const QUEUE_WAIT: &str = "context_ops_queue_wait_seconds";
 pub const RUN_DURATION: &str = "context_ops_operation_run_duration_seconds";
 pub const ITEMS_PROCESSED: &str = "context_ops_items_processed_total";
+/// Vectors the projector wrote (not an operation kind: a metric of its own).
+pub const PROJECTOR_VECTORS: &str = "context_ops_projector_vectors_written_total";
+/// Retention sweeps run, and the `retention` operations they submitted (the sweep has
+/// metrics of its own; the deleting is counted under its operations' kind).
+pub const SWEEP_RUNS: &str = "context_ops_retention_sweep_runs_total";
+pub const SWEEP_SUBMITTED: &str = "context_ops_retention_sweep_operations_total";
 pub const RETRIES: &str = "context_ops_operation_retries_total";
 pub const LEASE_RECOVERIES: &str = "context_ops_lease_recoveries_total";
 pub const DUPLICATE_DELIVERIES: &str = "context_ops_duplicate_deliveries_total";
