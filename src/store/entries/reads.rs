@@ -78,12 +78,7 @@ pub async fn export_page(
 }
 
 /// How many entries an export will write (its expected total, with the messages).
-pub async fn export_count(
-    db: &Db,
-    tenant: &TenantKey,
-    include_expired: bool,
-    only: &ExportFilter,
-) -> StoreResult<i64> {
+pub async fn export_count(db: &Db, tenant: &TenantKey, include_expired: bool, only: &ExportFilter) -> StoreResult<i64> {
     let filter = export_filter(include_expired, 2);
     let only = crate::store::artifacts::export_filter::predicate(db.engine(), tenant, only);
     let sql = format!("SELECT COUNT(*) FROM context_entries WHERE tenant = $1{filter}{only}");
