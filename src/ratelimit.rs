@@ -164,6 +164,19 @@ impl RateLimiter {
         Ok(())
     }
 
+    /// Until when (ms since the epoch) a 429 holds `model`, if it does now.
+    pub async fn blocked_until_ms(&self, model: &str) -> anyhow::Result<Option<i64>> {
+        let key = self.key(&block_key(model));
+        let until_ms = match &self.backend {
+            Backend::Db(db) => rate_limits::blocked_until(db, &key).await?,
+            Backend::Redis { conn, .. } => {
+                let until_us: Option<i64> = redis::cmd("GET").arg(&key).query_async(&mut conn.clone()).await?;
+                until_us.map(|us| (us + 999) / 1000)
+            }
+        };
+        Ok(until_ms.filter(|&until| until > now_us() / 1000))
+    }
+
     /// A provider answered 429 for `model`: hold every turn of it for `retry_after_ms`.
     pub async fn block(&self, model: &str, retry_after_ms: u64) -> anyhow::Result<()> {
         let key = self.key(&block_key(model));

@@ -80,3 +80,12 @@ pub async fn block(db: &Db, block_key: &str, until_ms: i64) -> StoreResult<()> {
     .await?;
     Ok(())
 }
+
+/// The hold recorded under `block_key`, if any (it may have passed).
+pub async fn blocked_until(db: &Db, block_key: &str) -> StoreResult<Option<i64>> {
+    let row: Option<Option<i64>> = query("SELECT blocked_until_ms FROM rate_limits WHERE key = $1")
+        .bind(block_key)
+        .fetch_optional_scalar(db)
+        .await?;
+    Ok(row.flatten())
+}

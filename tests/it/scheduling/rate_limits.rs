@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::harness::fake_responses::{FakeProvider, Step, completed_text};
+use crate::harness::wait::poll_until;
 use crate::harness::{Backend, TestApp};
 use context_jobs::contract::{ContextOperationState, INFERENCE_PATH};
 
@@ -75,6 +76,21 @@ async fn a_429_holds_the_model_for_everyone(backend: Backend) {
     let app = limited_app(backend, &fake, "").await;
     let first = app.submit(INFERENCE_PATH, &turn(0)).await.id;
     let rejected = fake.wait_requests(1, Duration::from_secs(30)).await[0].at;
+    // The hold is recorded once the worker has read the 429 (the fake saw the request
+    // earlier; a turn admitted before that could not know of it).
+    let state = &app.running().state;
+    let limiter = context_ops::ratelimit::RateLimiter::new(
+        &state.db,
+        state.queue.redis().map(|conn| (conn, state.queue.namespace().to_string())),
+        state.scheduling.rate_limits.clone(),
+    );
+    poll_until("the 429's hold recorded", Duration::from_secs(30), || async {
+        match limiter.blocked_until_ms("gpt-test").await {
+            Ok(Some(_)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     // Submitted after the 429: it waits out the same hold instead of calling at once.
     let second = app.submit(INFERENCE_PATH, &turn(1)).await.id;
     for id in [&first, &second] {
