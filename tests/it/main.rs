@@ -15,6 +15,7 @@ mod embeddings_provider;
 mod engine;
 mod engine_faults;
 mod entries;
+mod events;
 mod faults;
 mod inference;
 mod messages;
