@@ -16,7 +16,13 @@ pub fn wanted(json: bool) -> bool {
 
 fn style(template: &str) -> ProgressStyle {
     // The templates are constants of this file; a typo would show in every test run.
-    ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> ")
+    ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
+        // Items per second, whole (indicatif's `{per_sec}` prints four decimals).
+        .with_key("rate", |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.0}/s", state.per_sec());
+        })
 }
 
 /// An operation's bar (or nothing).
@@ -44,7 +50,7 @@ impl OperationBar {
         if o.total > 0 {
             if !self.counted {
                 self.counted = true;
-                bar.set_style(style("{spinner} {prefix} [{bar:30}] {pos}/{len} {msg} · {per_sec} · eta {eta}"));
+                bar.set_style(style("{spinner} {prefix} [{bar:30}] {pos}/{len} {msg} · {rate} · eta {eta}"));
             }
             bar.set_length(o.total);
         }

@@ -10,6 +10,7 @@ mod harness;
 mod artifacts;
 mod auth_tenancy;
 mod bad_input;
+mod cli;
 mod contract_vocabulary;
 mod embeddings_provider;
 mod engine;
