@@ -130,11 +130,9 @@ async fn long_poll(
 ) -> CliResult<Followed> {
     let mut failures = 0u32;
     loop {
-        if let Some(op) = &last {
-            if op.operation.state.is_terminal() || timed_out(deadline) {
-                let timed_out = !op.operation.state.is_terminal();
-                return Ok(Followed { op: last.take().expect("checked"), timed_out });
-            }
+        if let Some(op) = last.take_if(|op| op.operation.state.is_terminal() || timed_out(deadline)) {
+            let timed_out = !op.operation.state.is_terminal();
+            return Ok(Followed { op, timed_out });
         }
         let wait = deadline.map_or(LONG_POLL, |d| d.saturating_duration_since(Instant::now()).min(LONG_POLL));
         let path = match &last {
