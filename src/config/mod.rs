@@ -49,6 +49,9 @@ pub enum Command {
     /// Ask a running process whether it is ready (`/health/ready`): exit 0 if so, 1 if not.
     /// For container health checks (the image has no curl).
     Health(HealthArgs),
+    /// The client: submit, follow, list, cancel, retry and forget operations; download and
+    /// upload artifacts; append and read messages — against a running service.
+    Op(Box<crate::cli::args::OpArgs>),
 }
 
 /// What a started service runs.
@@ -272,7 +275,7 @@ impl Command {
                 (config, Some(Role::Worker))
             }
             Command::Migrate(a) => (Config { log: a.log, database: a.database, ..Config::defaults() }, None),
-            Command::Health(_) => (Config::defaults(), None),
+            Command::Health(_) | Command::Op(_) => (Config::defaults(), None),
         }
     }
 }
@@ -303,6 +306,8 @@ impl Config {
         anyhow::ensure!(w.batch_size >= 1, "CONTEXT_OPS_BATCH_SIZE must be at least 1");
         anyhow::ensure!(w.worker_concurrency >= 1, "CONTEXT_OPS_WORKER_CONCURRENCY must be at least 1");
         anyhow::ensure!(self.http.wait_recheck_ms >= 1, "CONTEXT_OPS_WAIT_RECHECK_MS must be at least 1");
+        anyhow::ensure!(self.http.max_event_streams >= 1, "CONTEXT_OPS_MAX_EVENT_STREAMS must be at least 1");
+        anyhow::ensure!(self.http.events_heartbeat_ms >= 10, "CONTEXT_OPS_EVENTS_HEARTBEAT_MS must be at least 10");
         anyhow::ensure!(self.database.db_max_connections >= 2, "CONTEXT_OPS_DB_MAX_CONNECTIONS must be at least 2");
         if let Some(secret) = &self.auth.jwt_secret {
             anyhow::ensure!(secret.expose_secret().len() >= 16, "CONTEXT_OPS_JWT_SECRET must be at least 16 bytes");

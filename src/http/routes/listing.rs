@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::http::AppState;
 use crate::http::auth::Caller;
@@ -21,6 +20,7 @@ use context_jobs::contract::{
     CONTEXT_OPERATIONS_PATH, ContextOperationKind, ContextOperationState, ListCursor, clamp_page_size,
 };
 use context_jobs::ids::OperationId;
+use context_jobs::operation::view::OperationList;
 
 pub fn routes() -> Router<AppState> {
     Router::new().route(&format!("{CONTEXT_OPERATIONS_PATH}/bulk"), post(bulk))
@@ -30,11 +30,11 @@ fn truncate(s: &str) -> String {
     s.chars().take(64).collect()
 }
 
-fn parse_kind(k: &str) -> ApiResult<ContextOperationKind> {
+pub(super) fn parse_kind(k: &str) -> ApiResult<ContextOperationKind> {
     ContextOperationKind::parse(k).ok_or_else(|| AppError::BadRequest(format!("unknown kind {:?}", truncate(k))))
 }
 
-fn parse_state(s: &str) -> ApiResult<ContextOperationState> {
+pub(super) fn parse_state(s: &str) -> ApiResult<ContextOperationState> {
     ContextOperationState::parse(s).ok_or_else(|| AppError::BadRequest(format!("unknown state {:?}", truncate(s))))
 }
 
@@ -87,12 +87,8 @@ pub async fn list(
     rows.truncate(limit);
     let next = more.then(|| rows.last().map(|r| ListCursor::encode(r.created_at_ms, r.id.as_str()))).flatten();
     let now = now_ms();
-    let items: Vec<_> = rows.iter().map(|r| r.to_view(now)).collect();
-    let mut body = json!({"items": items});
-    if let Some(next) = next {
-        body["nextCursor"] = json!(next);
-    }
-    Ok(ApiJson(body).into_response())
+    Ok(ApiJson(OperationList { items: rows.iter().map(|r| r.to_view(now)).collect(), next_cursor: next })
+        .into_response())
 }
 
 #[derive(Deserialize)]

@@ -3,6 +3,7 @@
 pub mod artifacts;
 pub mod controls;
 pub mod entries;
+pub mod events;
 pub mod health;
 pub mod inference;
 pub mod listing;
@@ -21,6 +22,7 @@ pub fn routes() -> Router<AppState> {
         .merge(health::routes())
         .merge(messages::routes())
         .merge(operations::routes())
+        .merge(events::routes())
         .merge(listing::routes())
         .merge(controls::routes())
         .merge(inference::routes())
