@@ -128,7 +128,7 @@ impl Runner {
         limits: &ClaimLimits,
     ) -> anyhow::Result<Option<Claimed>> {
         Ok(match transitions::claim_next(&self.db, kind, &self.holder, lease_ms, limits).await? {
-            Next::Claimed(claimed) => Some(claimed),
+            Next::Claimed(claimed) => Some(*claimed),
             Next::Held { id, tenant } => {
                 self.changes.committed(&id, &tenant);
                 None

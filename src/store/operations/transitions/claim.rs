@@ -172,7 +172,7 @@ fn queues_sql() -> &'static str {
 /// What [`claim_next`] did.
 pub enum Next {
     /// Claimed this operation.
-    Claimed(Claimed),
+    Claimed(Box<Claimed>),
     /// Nothing may start now, and this queued operation's phase now says why (a pause or a
     /// concurrency limit holds it): a change to announce.
     Held { id: OperationId, tenant: TenantKey },
@@ -241,7 +241,7 @@ pub async fn claim_next(
                     if queues.len() > 1 {
                         served(db, kind, tenant, now).await?;
                     }
-                    return Ok(Next::Claimed(claimed));
+                    return Ok(Next::Claimed(Box::new(claimed)));
                 }
             }
         }
