@@ -200,7 +200,7 @@ pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
 
 fn serve(listener: TcpListener, app: axum::Router, shutdown: CancellationToken) -> JoinHandle<anyhow::Result<()>> {
     tokio::spawn(async move {
-        axum::serve(listener, app)
+        axum::serve(crate::http::malformed::ApiErrorListener(listener), app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await
             .context("HTTP server failed")

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod body;
 pub mod error;
 pub mod extract;
+pub mod malformed;
 pub mod routes;
 
 use std::sync::Arc;

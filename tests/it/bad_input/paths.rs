@@ -40,4 +40,28 @@ async fn unreadable_parameters_answer_api_errors(app: TestApp) {
     }
 }
 
-backend_tests!(unreadable_parameters_answer_api_errors);
+/// What the HTTP parser itself refuses, before any route — a raw `<` or space in the URL
+/// (curl sends `…/operations/<id>` as typed), a header line without a colon — answers 400
+/// with an `ApiError` body too, not hyper's empty one.
+async fn requests_hyper_refuses_answer_api_errors(app: TestApp) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let addr = app.running().addr;
+    for request in [
+        format!("GET {OPS}/<id> HTTP/1.1\r\nHost: t\r\n\r\n"),
+        format!("GET {OPS}/a b HTTP/1.1\r\nHost: t\r\n\r\n"),
+        format!("GET {OPS} HTTP/1.1\r\nHost: t\r\nnot a header\r\n\r\n"),
+    ] {
+        let mut connection = tokio::net::TcpStream::connect(addr).await.unwrap();
+        connection.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        connection.read_to_string(&mut answer).await.unwrap();
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or_else(|| panic!("{request:?}: {answer:?}"));
+        assert!(head.starts_with("HTTP/1.1 400 "), "{request:?}: {answer}");
+        assert!(head.contains("\r\ncontent-type: application/json\r\n"), "{request:?}: {answer}");
+        assert!(head.contains(&format!("\r\ncontent-length: {}\r\n", body.len())), "{request:?}: {answer}");
+        let body: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+        assert_api_error(400, &body, 400);
+    }
+}
+
+backend_tests!(unreadable_parameters_answer_api_errors, requests_hyper_refuses_answer_api_errors);

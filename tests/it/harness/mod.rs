@@ -17,7 +17,7 @@
 //! assert a counter's value or delta read it from a child process's `/metrics` (its own
 //! recorder), never from an in-process app; in-process tests only check that a series
 //! exists after their own request made it, which no concurrent test can undo. The
-//! long-poll watchers (`context_ops::store::changes`) are keyed by operation id (a fresh
+//! long-poll watchers (`context_ops::changes`) are keyed by operation id (a fresh
 //! ULID per operation), so another app's notifications wake only the watchers of the
 //! operation that changed. The Responses client's connection pool is shared too, but each
 //! test's fake provider listens on a port of its own, so no connection serves two tests.
