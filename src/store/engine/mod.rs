@@ -323,6 +323,7 @@ const POSTGRES_MIGRATIONS: MigrationSet = &[
     (7, "projection_watermark", include_str!("../../../migrations/postgres/0007_projection_watermark.sql")),
     (8, "queue_control", include_str!("../../../migrations/postgres/0008_queue_control.sql")),
     (9, "operation_changes", include_str!("../../../migrations/postgres/0009_operation_changes.sql")),
+    (11, "changes_on_redis", include_str!("../../../migrations/postgres/0011_changes_on_redis.sql")),
 ];
 
 const SQLITE_MIGRATIONS: MigrationSet = &[
@@ -335,6 +336,7 @@ const SQLITE_MIGRATIONS: MigrationSet = &[
     (7, "projection_watermark", include_str!("../../../migrations/sqlite/0007_projection_watermark.sql")),
     (8, "queue_control", include_str!("../../../migrations/sqlite/0008_queue_control.sql")),
     (9, "operation_changes", include_str!("../../../migrations/sqlite/0009_operation_changes.sql")),
+    (11, "changes_on_redis", include_str!("../../../migrations/sqlite/0011_changes_on_redis.sql")),
 ];
 
 #[cfg(test)]
@@ -347,6 +349,23 @@ mod tests {
         assert_eq!(redact_url("sqlite:ctx.sqlite"), "sqlite:ctx.sqlite");
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("postgres://u:p@h/db?x=a@b"), "postgres://u:***@h/db?x=a@b");
+    }
+
+    /// Every file under `migrations/` is in its engine's list (a file left out is never
+    /// applied, and nothing else would say so).
+    #[test]
+    fn every_migration_file_is_registered() {
+        for (engine, set) in [("postgres", POSTGRES_MIGRATIONS), ("sqlite", SQLITE_MIGRATIONS)] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations").join(engine);
+            let mut files: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|name| name.ends_with(".sql"))
+                .collect();
+            files.sort();
+            let registered: Vec<String> = set.iter().map(|(v, name, _)| format!("{v:04}_{name}.sql")).collect();
+            assert_eq!(files, registered, "migrations/{engine} and its list in src/store/engine/mod.rs differ");
+        }
     }
 
     #[test]
