@@ -78,10 +78,11 @@ async fn main() -> anyhow::Result<()> {
         println!("(d) tenant B's delete behind {n} of tenant A's, PostgreSQL + Redis");
         println!("    resume -> A drained    : {:>10.2} s   (FIFO: B would finish here)", f.a_drained.as_secs_f64());
         println!(
-            "    resume -> B succeeded  : {:>10.3} s   ratio {:.4} of the drain (goal: B starts within 1 s)",
-            f.b_done.as_secs_f64(),
-            f.b_done.as_secs_f64() / f.a_drained.as_secs_f64()
+            "    resume -> B started    : {:>10.3} s   ratio {:.4} of the drain (goal: within 1 s)",
+            f.b_started.as_secs_f64(),
+            f.b_started.as_secs_f64() / f.a_drained.as_secs_f64()
         );
+        println!("    resume -> B succeeded  : {:>10.3} s", f.b_done.as_secs_f64());
     }
     if run('e') {
         let n: i64 = env_or("BENCH_RECOVERY_MESSAGES", "200000").parse()?;

@@ -31,6 +31,8 @@ async fn control(client: &reqwest::Client, base: &str, admin: &str, action: &str
 }
 
 pub struct Fairness {
+    /// Resume → B's operation started (its `startedAtMs`).
+    pub b_started: Duration,
     /// Resume → B's operation succeeded.
     pub b_done: Duration,
     /// Resume → the last of A's succeeded.
@@ -59,10 +61,13 @@ pub async fn behind_backlog(redis: &str, server: &str, n: usize) -> anyhow::Resu
     let op: Value = submit_delete(&client, &base, Some(&b), "b-0").await?;
 
     let resumed = Instant::now();
+    let resumed_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as i64;
     control(&client, &base, &admin, "resume").await?;
     let done = wait_terminal(&client, &base, Some(&b), op, Duration::from_secs(600)).await?;
     let b_done = resumed.elapsed();
     anyhow::ensure!(done["state"] == json!("succeeded"), "{done}");
+    let started_ms = done["startedAtMs"].as_i64().ok_or_else(|| anyhow::anyhow!("no startedAtMs: {done}"))?;
+    let b_started = Duration::from_millis((started_ms - resumed_ms).max(0) as u64);
     let Db::Postgres(pool) = running.state.db.clone() else { anyhow::bail!("expected PostgreSQL") };
     loop {
         let left: i64 =
@@ -75,5 +80,5 @@ pub async fn behind_backlog(redis: &str, server: &str, n: usize) -> anyhow::Resu
     }
     let a_drained = resumed.elapsed();
     running.stop().await?;
-    Ok(Fairness { b_done, a_drained })
+    Ok(Fairness { b_started, b_done, a_drained })
 }

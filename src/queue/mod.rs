@@ -164,22 +164,34 @@ impl Queue {
 
     /// Push one message to the kind's queue: "start the next operation of this kind".
     pub async fn push(&self, kind: ContextOperationKind, operation_id: &OperationId) -> anyhow::Result<()> {
-        self.push_message(kind, OperationMessage { operation_id: operation_id.to_string(), recover: false }).await
+        self.push_many(kind, std::slice::from_ref(operation_id)).await
     }
 
     /// Push "recover orphaned operation X" to the kind's queue.
     pub async fn push_recovery(&self, kind: ContextOperationKind, operation_id: &OperationId) -> anyhow::Result<()> {
-        self.push_message(kind, OperationMessage { operation_id: operation_id.to_string(), recover: true }).await
+        let message = OperationMessage { operation_id: operation_id.to_string(), recover: true };
+        self.push_messages(kind, vec![message]).await
     }
 
-    async fn push_message(&self, kind: ContextOperationKind, message: OperationMessage) -> anyhow::Result<()> {
-        let operation_id = message.operation_id.clone();
-        let payload = serde_json::to_vec(&message)?;
+    /// Push one message per operation, in one round trip (a resume, a dispatcher round).
+    pub async fn push_many(&self, kind: ContextOperationKind, operation_ids: &[OperationId]) -> anyhow::Result<()> {
+        let messages =
+            operation_ids.iter().map(|id| OperationMessage { operation_id: id.to_string(), recover: false }).collect();
+        self.push_messages(kind, messages).await
+    }
+
+    async fn push_messages(&self, kind: ContextOperationKind, messages: Vec<OperationMessage>) -> anyhow::Result<()> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let first = messages[0].operation_id.clone();
+        let (count, payloads) =
+            (messages.len(), messages.iter().map(serde_json::to_vec).collect::<Result<Vec<_>, _>>()?);
         let queue = self.queue_name(kind);
         let push = async {
             match &self.inner.backend {
-                Backend::Redis(r) => r.push(&queue, payload).await,
-                Backend::Sqlite(s) => s.push(&queue, payload).await,
+                Backend::Redis(r) => r.push(&queue, payloads).await,
+                Backend::Sqlite(s) => s.push(&queue, payloads).await,
             }
         };
         let bound = match &self.inner.backend {
@@ -191,8 +203,12 @@ impl Queue {
             Err(_) => Err(anyhow::anyhow!("no answer within {bound:?}")),
         };
         let outcome = if result.is_ok() { "ok" } else { "error" };
-        metrics::counter!(crate::metrics::QUEUE_PUSHES, "kind" => kind.as_str(), "outcome" => outcome).increment(1);
-        result.with_context(|| format!("cannot push operation {operation_id} to queue {queue}"))?;
+        metrics::counter!(crate::metrics::QUEUE_PUSHES, "kind" => kind.as_str(), "outcome" => outcome)
+            .increment(count as u64);
+        match count {
+            1 => result.with_context(|| format!("cannot push operation {first} to queue {queue}"))?,
+            n => result.with_context(|| format!("cannot push {n} operations (from {first}) to queue {queue}"))?,
+        }
         self.inner.wake[kind_index(kind)].notify_one();
         Ok(())
     }

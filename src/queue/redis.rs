@@ -119,10 +119,10 @@ impl RedisQueue {
         self.conn.clone()
     }
 
-    pub(super) async fn push(&self, queue: &str, payload: Vec<u8>) -> anyhow::Result<()> {
+    pub(super) async fn push(&self, queue: &str, payloads: Vec<Vec<u8>>) -> anyhow::Result<()> {
         let mut conn = self.conn.clone();
-        let task = TaskBuilder::new(payload).build();
-        apalis_redis::queries::push_tasks(&mut conn, &apalis_config(queue), &[task]).await?;
+        let tasks: Vec<_> = payloads.into_iter().map(|p| TaskBuilder::new(p).build()).collect();
+        apalis_redis::queries::push_tasks(&mut conn, &apalis_config(queue), &tasks).await?;
         Ok(())
     }
 

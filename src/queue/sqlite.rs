@@ -66,10 +66,10 @@ impl SqliteQueue {
         Ok(Self { pool })
     }
 
-    pub(super) async fn push(&self, queue: &str, payload: Vec<u8>) -> anyhow::Result<()> {
-        let task = TaskBuilder::new(payload).build();
+    pub(super) async fn push(&self, queue: &str, payloads: Vec<Vec<u8>>) -> anyhow::Result<()> {
+        let tasks: Vec<_> = payloads.into_iter().map(|p| TaskBuilder::new(p).build()).collect();
         let mut conn = self.pool.acquire().await?;
-        apalis_sqlite::queries::push_tasks(&mut *conn, queue, &[task]).await?;
+        apalis_sqlite::queries::push_tasks(&mut *conn, queue, &tasks).await?;
         Ok(())
     }
 

@@ -16,6 +16,7 @@ use crate::queue::Queue;
 use crate::store::operations::{dispatch, transitions};
 use crate::store::{Db, artifacts, now_ms};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState};
+use context_jobs::ids::TenantKey;
 use context_jobs::operation::ErrorCode;
 
 pub fn spawn(
@@ -117,39 +118,84 @@ pub async fn dispatch_once(db: &Db, queue: &Queue, changes: &Changes, repush_aft
         Ok(false) => {}
         Err(e) => tracing::debug!(error = format!("{e:#}"), "cannot check the queue marker"),
     }
-    let due = dispatch::take_dispatchable(db, None, repush_after_ms, 500).await?;
+    let due = dispatch::take_dispatchable(db, repush_after_ms, 500).await?;
     push_taken(db, queue, &due).await
 }
 
-/// Push due operations of `kind` now, at most `limit` (a resume: the work the pause held
-/// starts at once instead of at the next dispatcher round); how many were pushed.
-pub async fn push_due(db: &Db, queue: &Queue, kind: ContextOperationKind, limit: usize) -> anyhow::Result<usize> {
-    let due = dispatch::take_dispatchable(db, Some(kind), i64::MAX / 2, limit).await?;
-    push_taken(db, queue, &due).await
-}
-
-/// Push operations taken (and marked pushed) by `take_dispatchable`; how many were pushed.
-async fn push_taken(db: &Db, queue: &Queue, due: &[dispatch::Dispatchable]) -> anyhow::Result<usize> {
-    let mut pushed = 0;
-    for (i, op) in due.iter().enumerate() {
-        let push =
-            if op.orphaned { queue.push_recovery(op.kind, &op.id).await } else { queue.push(op.kind, &op.id).await };
-        match push {
-            Ok(()) => {
-                pushed += 1;
-                let reason =
-                    if op.orphaned { ErrorCode::LeaseExpired.as_str() } else { ContextOperationState::Queued.as_str() };
-                metrics::counter!(m::DISPATCHED, "kind" => op.kind.as_str(), "reason" => reason).increment(1);
+/// After a resume of `kind` (for `tenant`, or everyone): push a message for every queued
+/// operation the pause held, in pages, on a task of its own — the deliveries made during
+/// the pause were dropped, and only pushes start work. A failed push leaves the rest to the
+/// dispatcher's re-push of operations pushed long ago.
+pub fn spawn_resume_pushes(db: Db, queue: Queue, kind: ContextOperationKind, tenant: Option<TenantKey>) {
+    tokio::spawn(async move {
+        let mut after = (-1, String::new());
+        loop {
+            let page = match dispatch::resumable_page(&db, kind, tenant.as_ref(), &after, RESUME_PAGE).await {
+                Ok(page) => page,
+                Err(e) => return tracing::warn!(kind = kind.as_str(), error = %e, "reading resumed work failed"),
+            };
+            let Some(last) = page.last() else { return };
+            after = (last.0, last.1.to_string());
+            let ids: Vec<_> = page.into_iter().map(|(_, id)| id).collect();
+            if let Err(e) = queue.push_many(kind, &ids).await {
+                return tracing::warn!(
+                    kind = kind.as_str(),
+                    error = format!("{e:#}"),
+                    "pushing resumed work failed; the dispatcher will"
+                );
             }
-            // The queue is down or slow: unmark this one and the rest of the round, so the
-            // next round (not one after the repush age) tries them again.
-            Err(e) => {
-                tracing::warn!(operation = %op.id, error = format!("{e:#}"), "dispatcher push failed");
-                let rest: Vec<&str> = due[i..].iter().map(|op| op.id.as_str()).collect();
-                dispatch::unmark(db, &rest).await?;
-                break;
+            metrics::counter!(m::DISPATCHED, "kind" => kind.as_str(), "reason" => "resumed")
+                .increment(ids.len() as u64);
+            if ids.len() < RESUME_PAGE as usize {
+                return;
             }
         }
+    });
+}
+
+/// Operations a resume pushes per round trip.
+const RESUME_PAGE: i64 = 1000;
+
+/// Push operations taken (and marked pushed) by `take_dispatchable`: orphans one by one
+/// (each a recovery), the rest in one round trip per kind. How many were pushed; what could
+/// not be pushed is unmarked, so the next round (not one after the repush age) tries again.
+async fn push_taken(db: &Db, queue: &Queue, due: &[dispatch::Dispatchable]) -> anyhow::Result<usize> {
+    let mut pushed = 0;
+    let mut failed: Vec<&str> = Vec::new();
+    for op in due.iter().filter(|op| op.orphaned) {
+        if failed.is_empty() {
+            match queue.push_recovery(op.kind, &op.id).await {
+                Ok(()) => {
+                    pushed += 1;
+                    metrics::counter!(m::DISPATCHED, "kind" => op.kind.as_str(), "reason" => ErrorCode::LeaseExpired.as_str())
+                        .increment(1);
+                    continue;
+                }
+                Err(e) => tracing::warn!(operation = %op.id, error = format!("{e:#}"), "dispatcher push failed"),
+            }
+        }
+        failed.push(op.id.as_str());
+    }
+    for kind in ContextOperationKind::ALL {
+        let ids: Vec<_> = due.iter().filter(|op| !op.orphaned && op.kind == kind).map(|op| op.id.clone()).collect();
+        if ids.is_empty() {
+            continue;
+        }
+        if failed.is_empty() {
+            match queue.push_many(kind, &ids).await {
+                Ok(()) => {
+                    pushed += ids.len();
+                    metrics::counter!(m::DISPATCHED, "kind" => kind.as_str(), "reason" => ContextOperationState::Queued.as_str())
+                        .increment(ids.len() as u64);
+                    continue;
+                }
+                Err(e) => tracing::warn!(kind = kind.as_str(), error = format!("{e:#}"), "dispatcher push failed"),
+            }
+        }
+        failed.extend(due.iter().filter(|op| !op.orphaned && op.kind == kind).map(|op| op.id.as_str()));
+    }
+    if !failed.is_empty() {
+        dispatch::unmark(db, &failed).await?;
     }
     Ok(pushed)
 }

@@ -173,9 +173,6 @@ struct PauseResponse {
     marked: u64,
 }
 
-/// Operations a resume pushes at once (the dispatcher pushes the rest, 500 a round).
-const RESUME_PUSHES: usize = 64;
-
 async fn set_paused(
     state: &AppState,
     caller: &Caller,
@@ -191,16 +188,9 @@ async fn set_paused(
         state.changes.committed_many(tenant.as_ref());
     }
     if !paused {
-        // Start the held work now rather than at the next dispatcher round: each delivery
-        // claims by fair share, so a few deliveries are enough for every tenant's head to
-        // start. The rest follow with the dispatcher; a failed push is retried by it too.
-        if let Err(e) = crate::worker::dispatcher::push_due(&state.db, &state.queue, kind, RESUME_PUSHES).await {
-            tracing::warn!(
-                kind = kind.as_str(),
-                error = format!("{e:#}"),
-                "could not push resumed work; the dispatcher will"
-            );
-        }
+        // The deliveries made during the pause were dropped: push the held work again now
+        // (on a task of its own; the first page starts every tenant's head by fair share).
+        crate::worker::dispatcher::spawn_resume_pushes(state.db.clone(), state.queue.clone(), kind, tenant.clone());
     }
     tracing::info!(kind = kind.as_str(), tenant = ?body.tenant, paused, marked, "queue control changed");
     Ok(ApiJson(PauseResponse { kind, tenant: body.tenant, paused, marked }))

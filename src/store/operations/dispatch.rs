@@ -29,13 +29,8 @@ fn terminal_in(start: usize) -> (String, impl Iterator<Item = &'static str>) {
 /// statement that finds it (PostgreSQL: rows another dispatcher is marking are skipped;
 /// SQLite has one writer), so concurrent dispatchers do not push the same operation twice
 /// in one round. One statement: marking 500 rows one compare-and-set at a time held the
-/// first push of a round back by hundreds of milliseconds. `kind`: only that kind's.
-pub async fn take_dispatchable(
-    db: &Db,
-    kind: Option<ContextOperationKind>,
-    repush_after_ms: i64,
-    limit: usize,
-) -> StoreResult<Vec<Dispatchable>> {
+/// first push of a round back by hundreds of milliseconds.
+pub async fn take_dispatchable(db: &Db, repush_after_ms: i64, limit: usize) -> StoreResult<Vec<Dispatchable>> {
     let now = now_ms();
     let stale = now - repush_after_ms;
     let lock = if db.engine() == crate::store::Engine::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
@@ -45,8 +40,7 @@ pub async fn take_dispatchable(
          ((state = $4 AND not_before_ms <= $1 AND phase <> $7) \
           OR (state = $5 AND (lease_expires_at_ms < $1 OR lease_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_heartbeats w \
               WHERE w.holder = operations.lease_owner AND w.seen_at_ms >= $6)))) \
-         AND (pushed_at_ms IS NULL OR pushed_at_ms < $2) AND ($8 = '' OR kind = $8) \
-         ORDER BY created_at_ms LIMIT $3{lock}) \
+         AND (pushed_at_ms IS NULL OR pushed_at_ms < $2) ORDER BY created_at_ms LIMIT $3{lock}) \
          RETURNING id, kind, state, created_at_ms"
     );
     let mut taken: Vec<(String, String, String, i64)> = query(AssertSqlSafe(sql))
@@ -57,7 +51,6 @@ pub async fn take_dispatchable(
         .bind(State::Running.as_str())
         .bind(now - super::transitions::OWNER_SILENCE_MS)
         .bind(context_jobs::operation::schedule::phase::PAUSED)
-        .bind(kind.map_or("", |k| k.as_str()))
         .fetch_all(db)
         .await?;
     // RETURNING keeps no order.
@@ -69,6 +62,34 @@ pub async fn take_dispatchable(
             Some(Dispatchable { id: OperationId::from_stored(id), kind, orphaned: state == State::Running.as_str() })
         })
         .collect())
+}
+
+/// A page of `kind`'s queued, due operations that no pause holds (of `tenant`, or of every
+/// tenant), after `after` in `(created_at_ms, id)` order: what a resume pushes.
+pub async fn resumable_page(
+    db: &Db,
+    kind: ContextOperationKind,
+    tenant: Option<&TenantKey>,
+    after: &(i64, String),
+    limit: i64,
+) -> StoreResult<Vec<(i64, OperationId)>> {
+    let sql = format!(
+        "SELECT created_at_ms, id FROM operations WHERE kind = $1 AND state = $2 AND not_before_ms <= $3 \
+         AND ($4 = '' OR tenant = $4) AND (created_at_ms > $5 OR created_at_ms = $5 AND id > $6) \
+         AND NOT {} ORDER BY created_at_ms, id LIMIT $7",
+        super::transitions::PAUSE_HOLDS
+    );
+    let rows: Vec<(i64, String)> = query(AssertSqlSafe(sql))
+        .bind(kind.as_str())
+        .bind(State::Queued.as_str())
+        .bind(now_ms())
+        .bind(tenant.map_or("", |t| t.as_str()))
+        .bind(after.0)
+        .bind(after.1.as_str())
+        .bind(limit)
+        .fetch_all(db)
+        .await?;
+    Ok(rows.into_iter().map(|(at, id)| (at, OperationId::from_stored(id))).collect())
 }
 
 /// Submissions insert rows already marked pushed; a failed push clears the mark so the

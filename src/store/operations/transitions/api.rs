@@ -153,8 +153,8 @@ pub async fn expire_overdue(db: &Db, limit: i64) -> StoreResult<Vec<(OperationId
 }
 
 /// Pause or resume `kind`, for one tenant or (no tenant) for everyone. Queued work shows
-/// `paused` while any pause applies to it; on resume it is unpushed, so the next dispatcher
-/// round pushes it. Running work sees the pause at its next heartbeat or batch and is
+/// `paused` while any pause applies to it; on resume the caller pushes it again
+/// (`worker::dispatcher::spawn_resume_pushes`). Running work sees the pause at its next heartbeat or batch and is
 /// released. Returns how many queued operations were marked.
 pub async fn set_paused(
     db: &Db,
@@ -187,32 +187,16 @@ pub async fn set_paused(
              WHERE kind = {kind_p} AND state = {queued_p} AND phase <> {paused_p}{tenant_filter}"
         )
     } else {
-        // Only work no pause holds any more; unpushed, so the dispatcher pushes it now.
+        // Only work no pause holds any more. The resume pushes it (`spawn_resume_pushes`):
+        // the deliveries made during the pause were dropped.
         format!(
-            "UPDATE operations SET phase = {}, pushed_at_ms = NULL, updated_at_ms = {now_p}, version = version + 1 \
+            "UPDATE operations SET phase = {}, updated_at_ms = {now_p}, version = version + 1 \
              WHERE kind = {kind_p} AND state = {queued_p} AND phase = {paused_p}{tenant_filter} \
              AND NOT {PAUSE_HOLDS}",
             p.p(phase::QUEUED)
         )
     };
     let marked = p.into_query(sql).execute(&mut tx).await?;
-    if !paused {
-        // Deliveries during the pause found nothing to start and were dropped, and only the
-        // head they looked at was marked: every other queued operation of the scope is still
-        // marked pushed, and would wait for the re-push age. Unmark them all.
-        let mut p = Params::default();
-        let (kind_p, queued_p) = (p.p(kind.as_str()), p.p(State::Queued.as_str()));
-        let tenant_filter = match tenant {
-            Some(t) => format!(" AND tenant = {}", p.p(t.as_str())),
-            None => String::new(),
-        };
-        let sql = format!(
-            "UPDATE operations SET pushed_at_ms = NULL \
-             WHERE kind = {kind_p} AND state = {queued_p} AND pushed_at_ms IS NOT NULL{tenant_filter} \
-             AND NOT {PAUSE_HOLDS}"
-        );
-        p.into_query(sql).execute(&mut tx).await?;
-    }
     tx.commit().await?;
     Ok(marked)
 }

@@ -226,7 +226,7 @@ fn fenced_statement<'q>(engine: Engine, lease: &'q Lease, t: &Transition<'q>, no
 
 /// A pause (of the kind, or of the operation's tenant) holds this `operations` row: the
 /// one spelling of that rule for resume and for marking work `paused`.
-pub(super) const PAUSE_HOLDS: &str = "EXISTS (SELECT 1 FROM queue_controls c WHERE c.kind = operations.kind \
+pub(in crate::store::operations) const PAUSE_HOLDS: &str = "EXISTS (SELECT 1 FROM queue_controls c WHERE c.kind = operations.kind \
      AND c.paused = 1 AND (c.tenant = '' OR c.tenant = operations.tenant))";
 
 fn returns_signals(t: &Transition<'_>) -> bool {
