@@ -1,4 +1,4 @@
-//! The `context-ops` binary: `serve`, `api`, `worker`, `migrate`, `health`.
+//! The `context-ops` binary: `serve`, `api`, `worker`, `migrate`, `health`, `openapi`.
 
 use context_ops::config::{Command, cli};
 use context_ops::{server, telemetry};
@@ -8,6 +8,10 @@ async fn main() -> std::process::ExitCode {
     let parsed = cli::parse();
     let result = match parsed.command {
         Command::Health(args) => cli::health(&args).await,
+        Command::Openapi => {
+            print!("{}", context_ops::http::openapi::document_json());
+            Ok(())
+        }
         command => {
             let (config, role) = command.into_config();
             telemetry::init(config.log.log_json);

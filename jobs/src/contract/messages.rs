@@ -8,6 +8,7 @@ use super::{MAX_APPEND_MESSAGES, MAX_RESOURCE_ID_CHARS, MAX_SEARCH_QUERY_BYTES};
 
 /// Many-to-many domain associations carried on a scope.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceRelations {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -26,6 +27,7 @@ impl ResourceRelations {
 
 /// Identifies the conversation a record belongs to; `conversation_id` is the partition key.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationScope {
     pub conversation_id: String,
@@ -55,6 +57,7 @@ impl ConversationScope {
 
 /// One durable conversation message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationRecord {
     pub id: String,
@@ -74,12 +77,14 @@ pub struct ConversationRecord {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AppendMessagesRequest {
     pub messages: Vec<ConversationRecord>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AppendResponse {
     pub appended: usize,
@@ -87,6 +92,7 @@ pub struct AppendResponse {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RecentMessagesRequest {
     pub scope: ConversationScope,
@@ -98,12 +104,14 @@ pub struct RecentMessagesRequest {
 
 /// Records in chronological order, oldest first.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MessagesResponse {
     pub items: Vec<ConversationRecord>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PageMessagesRequest {
     pub scope: ConversationScope,
@@ -116,14 +124,17 @@ pub struct PageMessagesRequest {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MessagePage {
     pub items: Vec<ConversationRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ListConversationsRequest {
     pub agent_id: String,
@@ -132,6 +143,7 @@ pub struct ListConversationsRequest {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationSummary {
     pub conversation_id: String,
@@ -142,12 +154,14 @@ pub struct ConversationSummary {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationsResponse {
     pub items: Vec<ConversationSummary>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SearchMessagesRequest {
     pub scope: ConversationScope,

@@ -12,6 +12,7 @@ pub const PRIORITY_DEFAULT: i64 = 5;
 
 /// The scheduling fields of a submission (top-level beside the kind's own fields).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SubmitOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]

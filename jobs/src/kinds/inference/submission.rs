@@ -24,6 +24,7 @@ pub const REASONING_EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "h
 /// What a caller submits. Unknown fields are rejected (a misspelt `appendReply` must
 /// not silently do nothing).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InferenceSubmission {
     pub model: String,
