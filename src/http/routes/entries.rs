@@ -42,14 +42,15 @@ pub fn rule_error(e: EntryRuleError) -> AppError {
     }
 }
 
-/// Create an entry, or replace it at `expectedVersion` (0: it must not exist).
+/// Create an entry (`expectedVersion` 0: it must not exist), or replace it at its current
+/// `expectedVersion` (404 if there is no such entry).
 #[utoipa::path(
     post,
     path = CONTEXT_INSIGHTS_PATH,
     operation_id = "putEntry",
     tag = "entries",
     request_body = PutContextInsightRequest,
-    responses((status = 200, description = "The entry as stored.", body = ContextInsight), BodyErrors, Conflict),
+    responses((status = 200, description = "The entry as stored.", body = ContextInsight), BodyErrors, NotFound, Conflict),
 )]
 async fn put(
     State(state): State<AppState>,
