@@ -69,10 +69,13 @@ submissions! {
     SubmitInference = InferenceSubmission;
 }
 
+/// Named schemas, as `ToSchema::schemas` collects them.
+type Schemas = Vec<(String, RefOr<Schema>)>;
+
 /// The request a kind's own endpoint takes (the `request` of an `advanced-operations` body):
-/// its schema's name, and the schemas it needs.
-fn kind_request(kind: ContextOperationKind) -> (Cow<'static, str>, fn(&mut Vec<(String, RefOr<Schema>)>)) {
-    fn named<T: ToSchema>() -> (Cow<'static, str>, fn(&mut Vec<(String, RefOr<Schema>)>)) {
+/// its schema's name, and how to collect the schemas it needs.
+fn kind_request(kind: ContextOperationKind) -> (Cow<'static, str>, fn(&mut Schemas)) {
+    fn named<T: ToSchema>() -> (Cow<'static, str>, fn(&mut Schemas)) {
         (T::name(), |schemas| {
             T::schemas(schemas);
             schemas.push((T::name().into_owned(), T::schema()));
