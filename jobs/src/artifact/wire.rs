@@ -169,6 +169,7 @@ pub struct ArtifactList {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AppendUploadRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::Ulid))]
     pub artifact_id: String,
     pub offset: u64,
     pub data_base64: String,
@@ -179,6 +180,7 @@ pub struct AppendUploadRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FinalizeUploadRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::Ulid))]
     pub artifact_id: String,
     pub digest: String,
 }

@@ -31,6 +31,7 @@ pub enum ContextInsightKind {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ContextProvenance {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub conversation_id: String,
     #[serde(default)]
     pub message_ids: Vec<String>,
@@ -44,6 +45,7 @@ pub struct ContextProvenance {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContextInsight {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub id: String,
     pub kind: ContextInsightKind,
     pub content: Value,
@@ -73,6 +75,7 @@ pub struct PutContextInsightRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetContextInsightRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub entry_id: String,
 }
 
@@ -80,6 +83,7 @@ pub struct GetContextInsightRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CorrectContextInsightRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub entry_id: String,
     pub expected_version: u64,
     pub content: Value,
@@ -91,6 +95,7 @@ pub struct CorrectContextInsightRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExpireContextInsightRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub entry_id: String,
     pub expected_version: u64,
     #[serde(default)]
@@ -101,6 +106,7 @@ pub struct ExpireContextInsightRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MergeContextInsightsRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::contract::schema::ResourceId>))]
     pub source_entry_ids: Vec<String>,
     pub merged_entry: ContextInsight,
     #[serde(default)]

@@ -30,14 +30,19 @@ impl ResourceRelations {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationScope {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub conversation_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::contract::schema::ResourceId>))]
     pub user_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::contract::schema::ResourceId>))]
     pub agent_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::contract::schema::ResourceId>))]
     pub agent_space_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::contract::schema::ResourceId>))]
     pub runtime_type: Option<String>,
     #[serde(default, skip_serializing_if = "ResourceRelations::is_empty")]
     pub relations: ResourceRelations,
@@ -60,8 +65,10 @@ impl ConversationScope {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationRecord {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub id: String,
     pub scope: ConversationScope,
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::MessageRole))]
     pub role: String,
     pub content: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,6 +106,7 @@ pub struct RecentMessagesRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::contract::schema::MessageRole>))]
     pub roles: Vec<String>,
 }
 
@@ -120,6 +128,7 @@ pub struct PageMessagesRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::contract::schema::MessageRole>))]
     pub roles: Vec<String>,
 }
 
@@ -137,6 +146,7 @@ pub struct MessagePage {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ListConversationsRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub agent_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
@@ -168,6 +178,7 @@ pub struct SearchMessagesRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::contract::schema::MessageRole>))]
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,

@@ -8,6 +8,8 @@ mod entries;
 mod messages;
 pub mod nul;
 mod operations;
+#[cfg(feature = "openapi")]
+pub mod schema;
 mod transfer;
 
 pub use cursor::*;

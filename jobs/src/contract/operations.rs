@@ -107,6 +107,7 @@ pub struct ContextOperation {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetContextOperationRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::Ulid))]
     pub operation_id: String,
 }
 
@@ -198,6 +199,7 @@ pub struct ImportContextRequest {
     pub messages: Vec<ConversationRecord>,
     #[serde(default)]
     pub entries: Vec<ContextInsight>,
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub idempotency_key: String,
     /// Beyond the contract: rename conversations on the way in (`transfer::ConversationIdMap`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -219,6 +221,7 @@ pub struct ContextExportArtifact {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetContextExportArtifactRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::Ulid))]
     pub artifact_id: String,
 }
 
@@ -226,6 +229,7 @@ pub struct GetContextExportArtifactRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetContextExportArtifactChunkRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::Ulid))]
     pub artifact_id: String,
     #[serde(default)]
     pub offset: u64,

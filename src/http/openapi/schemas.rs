@@ -10,6 +10,7 @@ use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, OneOfBuilder,
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
+use context_jobs::contract::schema::ResourceId;
 use context_jobs::contract::{
     ContextOperationKind, DeleteConversationRequest, ExportContextRequest, ImportContextRequest,
     RebuildVectorProjectionRequest, RetentionRequest,
@@ -113,10 +114,9 @@ impl PartialSchema for AdvancedSubmission {
                 .required("request")
                 .property(
                     "idempotencyKey",
-                    ObjectBuilder::new()
-                        .schema_type(utoipa::openapi::schema::SchemaType::from_iter([Type::String, Type::Null]))
-                        .min_length(Some(1))
-                        .max_length(Some(context_jobs::contract::MAX_RESOURCE_ID_CHARS)),
+                    OneOfBuilder::new()
+                        .item(ObjectBuilder::new().schema_type(Type::Null))
+                        .item(Ref::from_schema_name(ResourceId::name())),
                 )
                 .additional_properties(Some(AdditionalProperties::FreeForm(false)));
             for (name, schema) in &options.properties {
@@ -130,6 +130,7 @@ impl PartialSchema for AdvancedSubmission {
 
 impl ToSchema for AdvancedSubmission {
     fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((ResourceId::name().into_owned(), ResourceId::schema()));
         for kind in ContextOperationKind::ALL {
             (kind_request(kind).1)(schemas);
         }

@@ -26,6 +26,7 @@ use context_jobs::artifact::{
     ARTIFACT_UPLOAD_CHUNK_PATH, ARTIFACT_UPLOAD_FINALIZE_PATH, ARTIFACT_UPLOADS_PATH, ARTIFACTS_PATH,
     AppendUploadRequest, ArtifactInfo, ArtifactList, Decoder, FinalizeUploadRequest, Record, is_digest,
 };
+use context_jobs::contract::schema::Ulid;
 use context_jobs::contract::{
     CONTEXT_EXPORT_ARTIFACT_CHUNK_PATH, CONTEXT_EXPORT_ARTIFACT_PATH, ContextExportArtifact,
     ContextExportArtifactChunk, GetContextExportArtifactChunkRequest, GetContextExportArtifactRequest, ListCursor,
@@ -194,7 +195,7 @@ async fn list(
     path = ARTIFACT_PATH,
     operation_id = "artifactInfo",
     tag = "artifacts",
-    params(("id" = String, Path, description = "The artifact's id (a ULID).")),
+    params(("id" = Ulid, Path, description = "The artifact's id (a ULID).")),
     responses((status = 200, description = "The artifact's metadata.", body = ArtifactInfo), ParamErrors, NotFound),
 )]
 async fn info(
@@ -211,7 +212,7 @@ async fn info(
     path = ARTIFACT_PATH,
     operation_id = "deleteArtifact",
     tag = "artifacts",
-    params(("id" = String, Path, description = "The artifact's id (a ULID).")),
+    params(("id" = Ulid, Path, description = "The artifact's id (a ULID).")),
     responses((status = 204, description = "Deleted."), ParamErrors, NotFound),
 )]
 async fn delete(

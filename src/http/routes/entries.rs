@@ -14,6 +14,7 @@ use crate::http::error::{ApiJson, ApiResult, AppError};
 use crate::http::extract::{EntryId, IdPath};
 use crate::http::openapi::errors::{BodyErrors, Conflict, NotFound, ParamErrors};
 use crate::store::entries::{reads, writes as entry_writes};
+use context_jobs::contract::schema::ResourceId;
 use context_jobs::contract::{
     CONTEXT_CORRECT_PATH, CONTEXT_EXPIRE_PATH, CONTEXT_INSIGHT_GET_PATH, CONTEXT_INSIGHTS_PATH, CONTEXT_MERGE_PATH,
     ContextInsight, ContextInsightStatus, CorrectContextInsightRequest, ExpireContextInsightRequest,
@@ -195,7 +196,7 @@ struct HistoryResponse {
     path = ENTRY_HISTORY_PATH,
     operation_id = "entryHistory",
     tag = "entries",
-    params(("id" = String, Path, description = "The entry's id.")),
+    params(("id" = ResourceId, Path, description = "The entry's id.")),
     responses((status = 200, description = "Every version, oldest first.", body = HistoryResponse), ParamErrors, NotFound),
 )]
 async fn history(

@@ -26,6 +26,7 @@ use crate::http::openapi::errors::{AuthErrors, BodyErrors, Conflict, NotFound, P
 use crate::http::openapi::schemas::ContractOperationView;
 use crate::store::operations::{self as ops, OperationRow, SubmitEffect, dispatch, transitions};
 use crate::store::{maintenance, now_ms};
+use context_jobs::contract::schema::Ulid;
 use context_jobs::contract::{
     CONTEXT_OPERATIONS_PATH, ContextMaintenanceStatus, GetContextOperationRequest, MAINTENANCE_STATUS_PATH,
 };
@@ -117,7 +118,7 @@ async fn get_by_body(
     operation_id = "getOperation",
     tag = "operations",
     params(
-        ("id" = String, Path, description = "The operation's id (a ULID)."),
+        ("id" = Ulid, Path, description = "The operation's id (a ULID)."),
         ("If-None-Match" = Option<String>, Header, description = "An `ETag` seen before: 304 while it is still current."),
     ),
     responses(
@@ -168,7 +169,7 @@ struct WaitQuery {
     path = OPERATION_WAIT_PATH,
     operation_id = "waitOperation",
     tag = "operations",
-    params(("id" = String, Path, description = "The operation's id (a ULID)."), WaitQuery),
+    params(("id" = Ulid, Path, description = "The operation's id (a ULID)."), WaitQuery),
     responses(
         (status = 200, description = "The operation, changed or not.", body = OperationView,
          headers(("ETag" = String, description = "`\"{id}.{version}\"`: changes with every change of the operation."),
@@ -251,7 +252,7 @@ where
     path = OPERATION_CANCEL_PATH,
     operation_id = "cancelOperation",
     tag = "operations",
-    params(("id" = String, Path, description = "The operation's id (a ULID).")),
+    params(("id" = Ulid, Path, description = "The operation's id (a ULID).")),
     responses(
         (status = 200, description = "The operation after the request.", body = OperationView,
          headers(("ETag" = String, description = "`\"{id}.{version}\"`: changes with every change of the operation."),
@@ -279,7 +280,7 @@ async fn cancel(State(state): State<AppState>, caller: Caller, IdPath(id): IdPat
     path = OPERATION_RETRY_PATH,
     operation_id = "retryOperation",
     tag = "operations",
-    params(("id" = String, Path, description = "The operation's id (a ULID).")),
+    params(("id" = Ulid, Path, description = "The operation's id (a ULID).")),
     request_body(content = Option<SubmitOptions>, description = "New scheduling options (optional; no body: the defaults)."),
     responses(
         (status = 202, description = "Queued again.", body = OperationView,
@@ -325,7 +326,7 @@ async fn retry(
     path = OPERATION_PATH,
     operation_id = "forgetOperation",
     tag = "operations",
-    params(("id" = String, Path, description = "The operation's id (a ULID).")),
+    params(("id" = Ulid, Path, description = "The operation's id (a ULID).")),
     responses((status = 204, description = "Forgotten."), ParamErrors, NotFound, Conflict),
 )]
 async fn forget(
