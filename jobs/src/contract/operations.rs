@@ -87,7 +87,7 @@ pub struct ContextOperation {
     #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub artifact_ref: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(nullable = false))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::kinds::schema::OperationResult))]
     pub result: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(nullable = false))]
