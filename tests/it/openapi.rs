@@ -162,3 +162,60 @@ async fn documented_security_is_enforced() {
     assert!(admin_only >= 2, "pause and resume are admin-only");
     app.stop().await;
 }
+
+/// The schema a documented success answers with: its `$ref` name.
+fn success_schema(doc: &Value, path: &str, method: &str) -> String {
+    let responses = doc["paths"][path][method]["responses"].as_object().unwrap();
+    let (_, ok) = responses.iter().find(|(status, _)| status.starts_with('2')).unwrap();
+    let reference = ok["content"]["application/json"]["schema"]["$ref"].as_str().unwrap();
+    reference.trim_start_matches("#/components/schemas/").to_string()
+}
+
+/// The contract's own paths are documented in the contract's vocabulary (four kinds, four
+/// states — written out here as the contract has them), the REST forms in the full one.
+#[test]
+fn contract_paths_document_the_contract_vocabulary() {
+    use context_jobs::contract::*;
+    let doc = document();
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(schemas["ContractOperationKind"]["enum"], json!(["delete", "export", "import", "rebuild_vector"]));
+    assert_eq!(schemas["ContractOperationState"]["enum"], json!(["queued", "running", "succeeded", "failed"]));
+    assert_eq!(
+        schemas["ContractOperation"]["properties"]["kind"]["$ref"],
+        "#/components/schemas/ContractOperationKind"
+    );
+    assert_eq!(
+        schemas["ContractOperation"]["properties"]["state"]["$ref"],
+        "#/components/schemas/ContractOperationState"
+    );
+    assert_eq!(schemas["ContractOperationView"]["allOf"][0]["$ref"], "#/components/schemas/ContractOperation");
+    assert_eq!(
+        schemas["DeletionOperation"]["properties"]["state"]["$ref"],
+        "#/components/schemas/ContractOperationState"
+    );
+    let full_kinds: Vec<&str> = ContextOperationKind::ALL.iter().map(|k| k.as_str()).collect();
+    assert_eq!(schemas["ContextOperationKind"]["enum"], json!(full_kinds));
+
+    for path in [CONVERSATION_DELETE_PATH, RETENTION_PATH] {
+        assert_eq!(success_schema(&doc, path, "post"), "DeletionOperation", "{path}");
+    }
+    for path in [
+        CONTEXT_ADVANCED_OPERATIONS_PATH,
+        CONTEXT_OPERATIONS_PATH,
+        CONTEXT_EXPORT_PATH,
+        CONTEXT_IMPORT_PATH,
+        VECTOR_REBUILD_PATH,
+    ] {
+        assert_eq!(success_schema(&doc, path, "post"), "ContractOperationView", "{path}");
+    }
+    let rest = [
+        ("/internal/v1/context/operations/{id}", "get"),
+        ("/internal/v1/context/operations/{id}/wait", "get"),
+        ("/internal/v1/context/operations/{id}/cancel", "post"),
+        ("/internal/v1/context/operations/{id}/retry", "post"),
+        (INFERENCE_PATH, "post"),
+    ];
+    for (path, method) in rest {
+        assert_eq!(success_schema(&doc, path, method), "OperationView", "{method} {path}");
+    }
+}
