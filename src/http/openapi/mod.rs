@@ -109,11 +109,32 @@ pub fn document() -> OpenApi {
     }
     for item in api.paths.paths.values_mut() {
         let operations = [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch];
-        for parameters in operations.into_iter().flatten().filter_map(|op| op.parameters.as_mut()) {
-            parameters.iter_mut().for_each(never_null);
+        for op in operations.into_iter().flatten() {
+            op.parameters.iter_mut().flatten().for_each(never_null);
+            if let Some(RefOr::T(body)) = op.request_body.as_mut() {
+                absent_not_null(body);
+            }
         }
     }
     api
+}
+
+/// An optional body (`Option<T>` in the annotation) is absent or a `T`: the derives make it
+/// `T` or `null`, but a `null` body is refused like any other non-object.
+fn absent_not_null(body: &mut utoipa::openapi::request_body::RequestBody) {
+    for content in body.content.values_mut().filter_map(|c| match c {
+        RefOr::T(content) => Some(content),
+        RefOr::Ref(_) => None,
+    }) {
+        if let Some(RefOr::T(Schema::OneOf(one_of))) = &content.schema {
+            let null = |s: &RefOr<Schema>| matches!(s, RefOr::T(Schema::Object(o)) if o.schema_type == SchemaType::Type(Type::Null));
+            if let [a, b] = one_of.items.as_slice()
+                && (null(a) || null(b))
+            {
+                content.schema = Some(if null(a) { b.clone() } else { a.clone() });
+            }
+        }
+    }
 }
 
 /// A path, query or header parameter is present or absent, never `null` (the derives make an
