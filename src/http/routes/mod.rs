@@ -12,6 +12,7 @@ pub mod entries;
 pub mod health;
 pub mod inference;
 pub mod listing;
+pub mod long_poll;
 pub mod messages;
 pub mod non_api;
 pub mod operations;
@@ -33,6 +34,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(messages::routes())
         .merge(submissions::routes())
         .merge(operations::routes())
+        .merge(long_poll::routes())
         .merge(listing::routes())
         .merge(controls::routes())
         .merge(inference::routes())

@@ -2,17 +2,13 @@
 //! `maintenance/status`, answered in the contract's vocabulary
 //! (`context_jobs::operation::contract_form`); submissions are in `super::submissions` and
 //! beside each kind's own endpoint. REST-style extras returning the same JSON in the full
-//! vocabulary: `GET operations/{id}` (ETag, 304, Retry-After), `GET operations/{id}/wait`
-//! (long poll), `POST operations/{id}/cancel`, `POST operations/{id}/retry`, and
-//! `DELETE operations/{id}` (forget). The listing and bulk actions are `super::listing`.
-
-use std::time::Duration;
+//! vocabulary: `GET operations/{id}` (ETag, 304, Retry-After), `POST operations/{id}/cancel`,
+//! `POST operations/{id}/retry`, and `DELETE operations/{id}` (forget). The long poll is
+//! `super::long_poll`, the listing and bulk actions `super::listing`.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -21,7 +17,7 @@ use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::body::OptionalJson;
 use crate::http::error::{ApiJson, ApiResult, AppError};
-use crate::http::extract::{ApiQuery, IdPath};
+use crate::http::extract::IdPath;
 use crate::http::openapi::errors::{AuthErrors, BodyErrors, Conflict, NotFound, ParamErrors};
 use crate::http::openapi::schemas::ContractOperationView;
 use crate::store::operations::{self as ops, OperationRow, SubmitEffect, dispatch, transitions};
@@ -35,11 +31,8 @@ use context_jobs::operation::contract_form::contract_form;
 use context_jobs::operation::view::OperationView;
 use context_jobs::operation::{SubmitOptions, Transition, etag, retry_after_secs};
 
-const MAX_WAIT_MS: u64 = 30_000;
-
 /// One operation (REST form), and what can be done to it.
 pub const OPERATION_PATH: &str = "/internal/v1/context/operations/{id}";
-pub const OPERATION_WAIT_PATH: &str = "/internal/v1/context/operations/{id}/wait";
 pub const OPERATION_CANCEL_PATH: &str = "/internal/v1/context/operations/{id}/cancel";
 pub const OPERATION_RETRY_PATH: &str = "/internal/v1/context/operations/{id}/retry";
 
@@ -47,7 +40,6 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(get_by_body))
         .routes(routes!(get_one, forget))
-        .routes(routes!(wait))
         .routes(routes!(cancel))
         .routes(routes!(retry))
         .routes(routes!(maintenance_get, maintenance_post))
@@ -150,99 +142,6 @@ async fn get_one(
         return Ok(response);
     }
     Ok(operation_response(StatusCode::OK, &op))
-}
-
-#[derive(Deserialize, IntoParams)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-struct WaitQuery {
-    /// Return as soon as the version differs from this (default: the current version).
-    since_version: Option<i64>,
-    /// How long to wait at most (ms, capped at 30000; default 30000).
-    timeout_ms: Option<u64>,
-}
-
-/// Long poll: answers as soon as the operation's version changes (or it is terminal),
-/// or after `timeoutMs` (capped at 30 s) with the unchanged operation.
-#[utoipa::path(
-    get,
-    path = OPERATION_WAIT_PATH,
-    operation_id = "waitOperation",
-    tag = "operations",
-    params(("id" = Ulid, Path, description = "The operation's id (a ULID)."), WaitQuery),
-    responses(
-        (status = 200, description = "The operation, changed or not.", body = OperationView,
-         headers(("ETag" = String, description = "`\"{id}.{version}\"`: changes with every change of the operation."),
-                 ("Retry-After" = u64, description = "Seconds before polling again, while it is not finished."))),
-        ParamErrors,
-        NotFound,
-    ),
-)]
-async fn wait(
-    State(state): State<AppState>,
-    caller: Caller,
-    IdPath(id): IdPath<OperationId>,
-    ApiQuery(query): ApiQuery<WaitQuery>,
-) -> ApiResult<Response> {
-    // Watching before the first read: a change committed after the read wakes us (from this
-    // process, or on PostgreSQL from any; anything else is seen by the periodic re-read).
-    let watch = state.changes.watch(&id);
-    let mut changed = watch.armed();
-    let deadline =
-        tokio::time::Instant::now() + Duration::from_millis(query.timeout_ms.unwrap_or(MAX_WAIT_MS).min(MAX_WAIT_MS));
-    let mut current = until_readable(deadline, || load(&state, &caller, &id)).await?;
-    let since = query.since_version.unwrap_or(current.version);
-    while current.version == since && !current.state.is_terminal() {
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            break;
-        }
-        let notified = tokio::select! {
-            () = &mut changed => true,
-            () = tokio::time::sleep(Duration::from_millis(state.config.http.wait_recheck_ms).min(deadline - now)) => false,
-            // Shutting down: answer now (the client polls again) rather than hold the
-            // HTTP server's graceful drain for up to the whole wait.
-            () = state.shutdown.cancelled() => break,
-        };
-        changed = watch.armed();
-        // Woken: read the row. Timed out: a cheap version check first. A read that fails
-        // transiently (SQLite busy, say) is no news: the wait goes on and reads again.
-        let moved = notified
-            || match ops::version(&state.db, &caller.tenant, &current.id).await {
-                Ok(Some(v)) => v != current.version,
-                Ok(None) => true,
-                Err(e) if e.is_transient() => false,
-                Err(e) => return Err(e.into()),
-            };
-        if moved {
-            match load(&state, &caller, &current.id).await {
-                Ok(op) => current = op,
-                Err(AppError::Unavailable(e)) => {
-                    tracing::debug!(error = format!("{e:#}"), "long-poll re-read failed; reading again");
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    Ok(operation_response(StatusCode::OK, &current))
-}
-
-/// Read with `read` until it succeeds, a non-transient error, or `deadline`: a long-poll
-/// may wait out a momentary database hiccup instead of answering 503.
-async fn until_readable<F, Fut>(deadline: tokio::time::Instant, read: F) -> ApiResult<OperationRow>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = ApiResult<OperationRow>>,
-{
-    loop {
-        match read().await {
-            Err(AppError::Unavailable(e)) if tokio::time::Instant::now() < deadline => {
-                tracing::debug!(error = format!("{e:#}"), "long-poll read failed; reading again");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            other => return other,
-        }
-    }
 }
 
 /// Cancel (idempotent): a queued operation is cancelled at once, a running one stops at its
