@@ -219,3 +219,24 @@ fn contract_paths_document_the_contract_vocabulary() {
         assert_eq!(success_schema(&doc, path, method), "OperationView", "{method} {path}");
     }
 }
+
+/// A parameter is present or absent, and an optional body absent or an object: the
+/// document never offers `null` for either (the service refuses both).
+#[test]
+fn parameters_and_bodies_are_never_null() {
+    let doc = document();
+    let allows_null = |schema: &Value| {
+        let text = schema.to_string();
+        text.contains("\"null\"")
+    };
+    for (path, method, op) in operations(&doc) {
+        for parameter in op["parameters"].as_array().into_iter().flatten() {
+            assert!(!allows_null(&parameter["schema"]), "{method} {path}: parameter {parameter}");
+        }
+        if let Some(body) = op.get("requestBody") {
+            let schema = &body["content"]["application/json"]["schema"];
+            assert!(schema.get("oneOf").is_none() || !allows_null(schema), "{method} {path}: body {schema}");
+            assert!(!allows_null(&json!(schema.get("type"))), "{method} {path}: body {schema}");
+        }
+    }
+}
