@@ -44,6 +44,10 @@ pub const MISSED_HEARTBEATS: usize = 6;
 /// dispatcher round with Redis down stops at its first slow push instead of blocking on the
 /// connection's reconnect attempts.
 pub const PUSH_TIMEOUT: Duration = Duration::from_millis(300);
+/// The same bound on SQLite, where the queue is the service's own file: a push there only
+/// waits for the write lock, which a loaded machine can hold longer than 300 ms (seen:
+/// pushes failing under a parallel test run), and giving up would only delay the work.
+pub const SQLITE_PUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long running handlers get to finish after shutdown is requested.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -178,9 +182,13 @@ impl Queue {
                 Backend::Sqlite(s) => s.push(&queue, payload).await,
             }
         };
-        let result = match tokio::time::timeout(PUSH_TIMEOUT, push).await {
+        let bound = match &self.inner.backend {
+            Backend::Redis(_) => PUSH_TIMEOUT,
+            Backend::Sqlite(_) => SQLITE_PUSH_TIMEOUT,
+        };
+        let result = match tokio::time::timeout(bound, push).await {
             Ok(result) => result,
-            Err(_) => Err(anyhow::anyhow!("no answer within {PUSH_TIMEOUT:?}")),
+            Err(_) => Err(anyhow::anyhow!("no answer within {bound:?}")),
         };
         let outcome = if result.is_ok() { "ok" } else { "error" };
         metrics::counter!(crate::metrics::QUEUE_PUSHES, "kind" => kind.as_str(), "outcome" => outcome).increment(1);

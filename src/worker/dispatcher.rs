@@ -111,7 +111,19 @@ pub async fn dispatch_once(db: &Db, queue: &Queue, repush_after_ms: i64) -> anyh
         Ok(false) => {}
         Err(e) => tracing::debug!(error = format!("{e:#}"), "cannot check the queue marker"),
     }
-    let due = dispatch::take_dispatchable(db, repush_after_ms, 500).await?;
+    let due = dispatch::take_dispatchable(db, None, repush_after_ms, 500).await?;
+    push_taken(db, queue, &due).await
+}
+
+/// Push due operations of `kind` now, at most `limit` (a resume: the work the pause held
+/// starts at once instead of at the next dispatcher round); how many were pushed.
+pub async fn push_due(db: &Db, queue: &Queue, kind: ContextOperationKind, limit: usize) -> anyhow::Result<usize> {
+    let due = dispatch::take_dispatchable(db, Some(kind), i64::MAX / 2, limit).await?;
+    push_taken(db, queue, &due).await
+}
+
+/// Push operations taken (and marked pushed) by `take_dispatchable`; how many were pushed.
+async fn push_taken(db: &Db, queue: &Queue, due: &[dispatch::Dispatchable]) -> anyhow::Result<usize> {
     let mut pushed = 0;
     for (i, op) in due.iter().enumerate() {
         let push =

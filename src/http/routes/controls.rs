@@ -193,6 +193,9 @@ struct PauseResponse {
     marked: u64,
 }
 
+/// Operations a resume pushes at once (the dispatcher pushes the rest, 500 a round).
+const RESUME_PUSHES: usize = 64;
+
 async fn set_paused(
     state: &AppState,
     caller: &Caller,
@@ -204,6 +207,18 @@ async fn set_paused(
     let tenant = body.tenant.as_deref().map(parse_tenant).transpose()?;
     let marked = transitions::set_paused(&state.db, kind, tenant.as_ref(), paused).await?;
     crate::metrics::set_paused(kind, tenant.is_none(), paused);
+    if !paused {
+        // Start the held work now rather than at the next dispatcher round: each delivery
+        // claims by fair share, so a few deliveries are enough for every tenant's head to
+        // start. The rest follow with the dispatcher; a failed push is retried by it too.
+        if let Err(e) = crate::worker::dispatcher::push_due(&state.db, &state.queue, kind, RESUME_PUSHES).await {
+            tracing::warn!(
+                kind = kind.as_str(),
+                error = format!("{e:#}"),
+                "could not push resumed work; the dispatcher will"
+            );
+        }
+    }
     tracing::info!(kind = kind.as_str(), tenant = ?body.tenant, paused, marked, "queue control changed");
     Ok(ApiJson(PauseResponse { kind, tenant: body.tenant, paused, marked }))
 }

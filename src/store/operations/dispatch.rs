@@ -25,46 +25,50 @@ fn terminal_in(start: usize) -> (String, impl Iterator<Item = &'static str>) {
 }
 
 /// Due operations that were never pushed (or not for `repush_after_ms`), and running
-/// ones whose lease expired. Each returned row was marked pushed by a compare-and-set, so
-/// concurrent dispatchers do not push the same operation twice in one round.
-pub async fn take_dispatchable(db: &Db, repush_after_ms: i64, limit: usize) -> StoreResult<Vec<Dispatchable>> {
+/// ones whose lease expired, oldest first. Each returned row is marked pushed by the same
+/// statement that finds it (PostgreSQL: rows another dispatcher is marking are skipped;
+/// SQLite has one writer), so concurrent dispatchers do not push the same operation twice
+/// in one round. One statement: marking 500 rows one compare-and-set at a time held the
+/// first push of a round back by hundreds of milliseconds. `kind`: only that kind's.
+pub async fn take_dispatchable(
+    db: &Db,
+    kind: Option<ContextOperationKind>,
+    repush_after_ms: i64,
+    limit: usize,
+) -> StoreResult<Vec<Dispatchable>> {
     let now = now_ms();
     let stale = now - repush_after_ms;
+    let lock = if db.engine() == crate::store::Engine::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
     // A running operation is an orphan when its lease expired or its owner went silent.
-    let candidates: Vec<(String, String, String, Option<i64>)> = query(
-        "SELECT id, kind, state, pushed_at_ms FROM operations WHERE \
+    let sql = format!(
+        "UPDATE operations SET pushed_at_ms = $1 WHERE id IN (SELECT id FROM operations WHERE \
          ((state = $4 AND not_before_ms <= $1 AND phase <> $7) \
           OR (state = $5 AND (lease_expires_at_ms < $1 OR lease_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_heartbeats w \
               WHERE w.holder = operations.lease_owner AND w.seen_at_ms >= $6)))) \
-         AND (pushed_at_ms IS NULL OR pushed_at_ms < $2) ORDER BY created_at_ms LIMIT $3",
-    )
-    .bind(now)
-    .bind(stale)
-    .bind(limit as i64)
-    .bind(State::Queued.as_str())
-    .bind(State::Running.as_str())
-    .bind(now - super::transitions::OWNER_SILENCE_MS)
-    .bind(context_jobs::operation::schedule::phase::PAUSED)
-    .fetch_all(db)
-    .await?;
-    let mut out = Vec::new();
-    for (id, kind, state, pushed) in candidates {
-        let won = query(
-            "UPDATE operations SET pushed_at_ms = $2 WHERE id = $1 AND \
-             ((pushed_at_ms IS NULL AND $3 = -1) OR pushed_at_ms = $3)",
-        )
-        .bind(id.as_str())
+         AND (pushed_at_ms IS NULL OR pushed_at_ms < $2) AND ($8 = '' OR kind = $8) \
+         ORDER BY created_at_ms LIMIT $3{lock}) \
+         RETURNING id, kind, state, created_at_ms"
+    );
+    let mut taken: Vec<(String, String, String, i64)> = query(AssertSqlSafe(sql))
         .bind(now)
-        .bind(pushed.unwrap_or(-1))
-        .execute(db)
-        .await?
-            == 1;
-        if let (true, Some(kind)) = (won, ContextOperationKind::parse(&kind)) {
-            let orphaned = state == State::Running.as_str();
-            out.push(Dispatchable { id: OperationId::from_stored(id), kind, orphaned });
-        }
-    }
-    Ok(out)
+        .bind(stale)
+        .bind(limit as i64)
+        .bind(State::Queued.as_str())
+        .bind(State::Running.as_str())
+        .bind(now - super::transitions::OWNER_SILENCE_MS)
+        .bind(context_jobs::operation::schedule::phase::PAUSED)
+        .bind(kind.map_or("", |k| k.as_str()))
+        .fetch_all(db)
+        .await?;
+    // RETURNING keeps no order.
+    taken.sort_by_key(|row| row.3);
+    Ok(taken
+        .into_iter()
+        .filter_map(|(id, kind, state, _)| {
+            let kind = ContextOperationKind::parse(&kind)?;
+            Some(Dispatchable { id: OperationId::from_stored(id), kind, orphaned: state == State::Running.as_str() })
+        })
+        .collect())
 }
 
 /// Submissions insert rows already marked pushed; a failed push clears the mark so the

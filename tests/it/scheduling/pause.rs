@@ -10,9 +10,9 @@ use serde_json::json;
 use super::{QUEUES, delete_as, seed, view};
 use crate::harness::client::OperationExt;
 use crate::harness::jwt::{jwt_mode, tenant_token};
-use crate::harness::wait::mid_run;
+use crate::harness::wait::{mid_run, poll_until};
 use crate::harness::{Backend, TestApp, assert_api_error};
-use context_jobs::contract::ContextOperationState;
+use context_jobs::contract::{ContextOperationKind, ContextOperationState};
 
 const ADMIN: &str = "admin-secret-token";
 
@@ -113,8 +113,40 @@ async fn everything_submitted_during_a_pause_starts_at_the_resume(backend: Backe
     }
 }
 
+/// The resume itself pushes the held work: with the dispatcher's next round a minute
+/// away, the operations a pause held still start at once (fair-share claims: tenant B's one
+/// operation behind A's backlog is among the first to run).
+async fn the_resume_starts_held_work_without_the_dispatcher(backend: Backend) {
+    let app = TestApp::start_with(backend, |c| c.queue.dispatch_interval_ms = 60_000).await;
+    let (status, _) = app.post(&format!("{QUEUES}/delete/pause"), &json!({})).await;
+    assert_eq!(status, 200);
+    let mut held = Vec::new();
+    for i in 0..5 {
+        held.push(delete_as(&app, None, &format!("held-{i}"), json!({})).await);
+    }
+    // Every delivery of the pause is taken and dropped: only a push can start them now.
+    let queue = app.running().state.queue.clone();
+    poll_until("the paused deliveries dropped", Duration::from_secs(10), || {
+        let queue = queue.clone();
+        async move {
+            let d = queue.depth(ContextOperationKind::Delete).await.map_err(|e| e.to_string())?;
+            if d.pending + d.inflight == 0 { Ok(()) } else { Err(format!("{d:?}")) }
+        }
+    })
+    .await;
+    let (status, _) = app.post(&format!("{QUEUES}/delete/resume"), &json!({})).await;
+    assert_eq!(status, 200);
+    for id in &held {
+        app.wait_until(id, Duration::from_secs(10), "succeeded after the resume", |op| {
+            op.state == ContextOperationState::Succeeded
+        })
+        .await;
+    }
+}
+
 backend_tests!(
     backend: pausing_releases_running_work_and_holds_new_work,
     a_pause_can_hold_one_tenant_and_needs_an_admin,
-    everything_submitted_during_a_pause_starts_at_the_resume
+    everything_submitted_during_a_pause_starts_at_the_resume,
+    the_resume_starts_held_work_without_the_dispatcher
 );
