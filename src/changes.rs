@@ -1,11 +1,14 @@
-//! Change notifications for operation rows, per process: long-polls watch one operation
-//! and wake when a change to it commits — in this process ([`Changes::committed`], called
-//! after the commit) or, on PostgreSQL, in any process ([`Changes::spawn_listener`]: a
-//! trigger notifies every listener with the operation id). The waiters' periodic re-read
-//! covers anything missed (a listener reconnecting).
+//! Change notifications for operation rows, per process: long-polls and single-operation
+//! event streams watch one operation ([`Changes::watch`]), and list event streams watch a
+//! tenant's operations or every tenant's ([`Changes::watch_tenant`]). They wake when a
+//! change commits — in this process ([`Changes::committed`], called after the commit) or,
+//! on PostgreSQL, in any process ([`Changes::spawn_listener`]: a trigger notifies every
+//! listener with the operation id and its tenant). The waiters' periodic re-read covers
+//! anything missed (a listener reconnecting, SQLite with separate processes).
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,9 +19,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::store::{Engine, operations};
-use context_jobs::ids::OperationId;
+use context_jobs::ids::{OperationId, TenantKey};
 
 type Watchers = Mutex<HashMap<String, Arc<Notify>>>;
+/// Tenant watches by registration number: the tenant watched (`None`: every tenant).
+type TenantWatchMap = HashMap<u64, (Option<TenantKey>, Arc<Notify>)>;
+type TenantWatchers = Mutex<TenantWatchMap>;
 
 /// The process's change notifications (cheap to clone; one per service).
 #[derive(Clone)]
@@ -32,11 +38,24 @@ struct Inner {
     /// read the row twice).
     local: bool,
     watchers: Watchers,
+    tenant_watchers: TenantWatchers,
+    next_watch: AtomicU64,
 }
 
 impl Changes {
     pub fn new(engine: Engine) -> Self {
-        Self { inner: Arc::new(Inner { local: engine == Engine::Sqlite, watchers: Mutex::default() }) }
+        Self {
+            inner: Arc::new(Inner {
+                local: engine == Engine::Sqlite,
+                watchers: Mutex::default(),
+                tenant_watchers: Mutex::default(),
+                next_watch: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    fn tenant_watchers(&self) -> std::sync::MutexGuard<'_, TenantWatchMap> {
+        self.inner.tenant_watchers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn watchers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
@@ -47,7 +66,34 @@ impl Changes {
     pub fn committed(&self, id: &OperationId) {
         if self.inner.local {
             self.changed(id.as_str());
+            // The tenant is not at hand here: every tenant watch of this process reads
+            // (one cheap indexed read per stream; a stream coalesces wake-ups).
+            self.tenant_changed(None);
         }
+    }
+
+    /// Wake this process's watches of `tenant`'s operations and of every tenant's
+    /// (`None`: every watch).
+    pub fn tenant_changed(&self, tenant: Option<&str>) {
+        for (watched, notify) in self.tenant_watchers().values() {
+            let wakes = match (watched, tenant) {
+                (None, _) | (_, None) => true,
+                (Some(w), Some(t)) => w.as_str() == t,
+            };
+            if wakes {
+                // A permit: a watch busy reading when this arrives reads once more after.
+                notify.notify_one();
+            }
+        }
+    }
+
+    /// Watch changes to `tenant`'s operations (`None`: every tenant's); the registration
+    /// ends when the watch is dropped.
+    pub fn watch_tenant(&self, tenant: Option<TenantKey>) -> TenantWatch {
+        let key = self.inner.next_watch.fetch_add(1, Ordering::Relaxed);
+        let notify = Arc::new(Notify::new());
+        self.tenant_watchers().insert(key, (tenant, notify.clone()));
+        TenantWatch { changes: self.clone(), key, notify }
     }
 
     /// Wake this process's watchers of operation `id` (only those, so many open polls do
@@ -73,7 +119,10 @@ impl Changes {
             loop {
                 let failed = tokio::select! {
                     () = shutdown.cancelled() => return Ok(()),
-                    Err(e) = operations::follow_changes(&pool, |id| changes.changed(id)) => e,
+                    Err(e) = operations::follow_changes(&pool, |id, tenant| {
+                        changes.changed(id);
+                        changes.tenant_changed(tenant);
+                    }) => e,
                 };
                 tracing::warn!(error = %failed, "operation change listener failed; long-polls fall back to re-reading until it is back");
                 tokio::select! {
@@ -93,6 +142,11 @@ pub struct Watch {
 }
 
 impl Watch {
+    /// The operation watched.
+    pub fn operation_id(&self) -> OperationId {
+        OperationId::from_stored(self.id.clone())
+    }
+
     /// A notification future, already enabled: a change committed after this call wakes it
     /// even if it is first polled later.
     pub fn armed(&self) -> Pin<Box<Notified<'_>>> {
@@ -109,6 +163,28 @@ impl Drop for Watch {
         if Arc::strong_count(&self.notify) <= 2 {
             watchers.remove(&self.id);
         }
+    }
+}
+
+/// A registration for change notifications of a tenant's operations (or every tenant's).
+/// Wake-ups coalesce: however many changes arrive while the holder is busy, the next
+/// [`TenantWatch::changed`] returns once, at once.
+pub struct TenantWatch {
+    changes: Changes,
+    key: u64,
+    notify: Arc<Notify>,
+}
+
+impl TenantWatch {
+    /// Resolves on the next change announced (or at once if one came since the last call).
+    pub async fn changed(&self) {
+        self.notify.notified().await;
+    }
+}
+
+impl Drop for TenantWatch {
+    fn drop(&mut self) {
+        self.changes.tenant_watchers().remove(&self.key);
     }
 }
 
@@ -137,6 +213,32 @@ mod tests {
         assert!(!changes.watchers().contains_key("op-a"));
         drop(wb);
         assert!(!changes.watchers().contains_key("op-b"));
+    }
+
+    #[tokio::test]
+    async fn tenant_watches_wake_for_their_tenant_coalesce_and_deregister() {
+        let changes = Changes::new(Engine::Postgres);
+        let (a, b) = (TenantKey::new("a", "p"), TenantKey::new("b", "p"));
+        let (wa, wb, all) =
+            (changes.watch_tenant(Some(a.clone())), changes.watch_tenant(Some(b)), changes.watch_tenant(None));
+        let quick = Duration::from_millis(50);
+        // Three changes while nobody waits: one wake-up each for a and every-tenant, then quiet.
+        for _ in 0..3 {
+            changes.tenant_changed(Some(a.as_str()));
+        }
+        assert!(tokio::time::timeout(quick, wa.changed()).await.is_ok());
+        assert!(tokio::time::timeout(quick, wa.changed()).await.is_err(), "wake-ups did not coalesce");
+        assert!(tokio::time::timeout(quick, all.changed()).await.is_ok());
+        assert!(tokio::time::timeout(quick, wb.changed()).await.is_err(), "another tenant's watch woke");
+        // A change of unknown tenant (SQLite's local commits) wakes every watch.
+        changes.committed(&OperationId::from_stored("op"));
+        assert!(tokio::time::timeout(quick, wb.changed()).await.is_err(), "PostgreSQL: the trigger announces");
+        changes.tenant_changed(None);
+        assert!(tokio::time::timeout(quick, wb.changed()).await.is_ok());
+        drop((wa, wb));
+        assert_eq!(changes.tenant_watchers().len(), 1);
+        drop(all);
+        assert!(changes.tenant_watchers().is_empty());
     }
 
     #[tokio::test]

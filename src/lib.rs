@@ -6,15 +6,18 @@
 //!   projector and retention sweep.
 //! - [`store`] — every SQL statement, both engines.
 //! - [`queue`] — the apalis delivery pipe (Redis or SQLite).
-//! - [`changes`], [`recall`], [`embedder`], [`provider`] — notifications, hybrid recall,
-//!   the vector embedder, the Responses client.
+//! - [`changes`], [`events`] — change notifications; event streams of operation changes.
+//! - [`recall`], [`embedder`], [`provider`] — hybrid recall, the vector embedder, the
+//!   Responses client.
 //! - [`config`], [`metrics`], [`server`], [`telemetry`] — wiring.
 //!
 //! See `docs/architecture.md` for the map and the path of an operation.
 
 pub mod changes;
+pub mod cli;
 pub mod config;
 pub mod embedder;
+pub mod events;
 pub mod http;
 pub mod kinds;
 pub mod metrics;

@@ -1,4 +1,5 @@
-//! The `context-ops` binary: `serve`, `api`, `worker`, `migrate`, `health`, `openapi`.
+//! The `context-ops` binary: `serve`, `api`, `worker`, `migrate`, `health`, `openapi`, and
+//! the client (`op …`).
 
 use context_ops::config::{Command, cli};
 use context_ops::{server, telemetry};
@@ -7,6 +8,7 @@ use context_ops::{server, telemetry};
 async fn main() -> std::process::ExitCode {
     let parsed = cli::parse();
     let result = match parsed.command {
+        Command::Op(args) => return context_ops::cli::run(*args).await,
         Command::Health(args) => cli::health(&args).await,
         Command::Openapi => {
             print!("{}", context_ops::http::openapi::document_json());

@@ -31,6 +31,16 @@ pub struct HttpConfig {
     /// PostgreSQL listener reconnecting).
     #[arg(long, env = "CONTEXT_OPS_WAIT_RECHECK_MS", default_value_t = 100)]
     pub wait_recheck_ms: u64,
+
+    /// Event streams (`…/operations/events`, `…/operations/{id}/events`) this process keeps
+    /// open at once; one more is answered 503 with `Retry-After`.
+    #[arg(long, env = "CONTEXT_OPS_MAX_EVENT_STREAMS", default_value_t = 1000)]
+    pub max_event_streams: usize,
+
+    /// How often an idle event stream sends a comment (`: heartbeat`), milliseconds, so
+    /// proxies keep it open and clients notice a dead connection.
+    #[arg(long, env = "CONTEXT_OPS_EVENTS_HEARTBEAT_MS", default_value_t = 15_000)]
+    pub events_heartbeat_ms: u64,
 }
 
 #[derive(Clone, Args)]

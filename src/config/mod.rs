@@ -52,6 +52,9 @@ pub enum Command {
     /// Print the OpenAPI 3.1 document of the HTTP API (what `GET /openapi.json` serves):
     /// `context-ops openapi > docs/openapi.json`.
     Openapi,
+    /// The client: submit, follow, list, cancel, retry and forget operations; download and
+    /// upload artifacts; append and read messages — against a running service.
+    Op(Box<crate::cli::args::OpArgs>),
 }
 
 /// What a started service runs.
@@ -275,7 +278,7 @@ impl Command {
                 (config, Some(Role::Worker))
             }
             Command::Migrate(a) => (Config { log: a.log, database: a.database, ..Config::defaults() }, None),
-            Command::Health(_) | Command::Openapi => (Config::defaults(), None),
+            Command::Health(_) | Command::Openapi | Command::Op(_) => (Config::defaults(), None),
         }
     }
 }
@@ -306,6 +309,8 @@ impl Config {
         anyhow::ensure!(w.batch_size >= 1, "CONTEXT_OPS_BATCH_SIZE must be at least 1");
         anyhow::ensure!(w.worker_concurrency >= 1, "CONTEXT_OPS_WORKER_CONCURRENCY must be at least 1");
         anyhow::ensure!(self.http.wait_recheck_ms >= 1, "CONTEXT_OPS_WAIT_RECHECK_MS must be at least 1");
+        anyhow::ensure!(self.http.max_event_streams >= 1, "CONTEXT_OPS_MAX_EVENT_STREAMS must be at least 1");
+        anyhow::ensure!(self.http.events_heartbeat_ms >= 10, "CONTEXT_OPS_EVENTS_HEARTBEAT_MS must be at least 10");
         anyhow::ensure!(self.database.db_max_connections >= 2, "CONTEXT_OPS_DB_MAX_CONNECTIONS must be at least 2");
         if let Some(secret) = &self.auth.jwt_secret {
             anyhow::ensure!(secret.expose_secret().len() >= 16, "CONTEXT_OPS_JWT_SECRET must be at least 16 bytes");

@@ -34,6 +34,9 @@ pub enum AppError {
     MethodNotAllowed,
     #[error("service temporarily unavailable")]
     Unavailable(#[source] anyhow::Error),
+    /// 503 with its reason (a limit of this process reached: no dependency is down).
+    #[error("{0}")]
+    Busy(String),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -50,7 +53,7 @@ impl AppError {
             AppError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             AppError::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
             AppError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Unavailable(_) | AppError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -73,7 +76,7 @@ impl IntoResponse for AppError {
         if matches!(self, AppError::Unauthorized(_)) {
             response.headers_mut().insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
         }
-        if matches!(self, AppError::Unavailable(_)) {
+        if matches!(self, AppError::Unavailable(_) | AppError::Busy(_)) {
             response.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("1"));
         }
         response

@@ -41,8 +41,10 @@ pub struct AppState {
     /// Operation change notifications of this process (long-polls wait on them).
     pub changes: Changes,
     /// Process shutdown (the token `server::start` stops everything with): long-polls
-    /// answer at once, so the HTTP server drains in time.
+    /// answer and event streams end at once, so the HTTP server drains in time.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// The cap on event streams open in this process.
+    pub events: crate::events::EventStreams,
 }
 
 impl AppState {
@@ -51,6 +53,7 @@ impl AppState {
         let embedder = Arc::new(Embedder::from_config(&config)?);
         Ok(Self {
             changes: Changes::new(db.engine()),
+            events: crate::events::EventStreams::new(config.http.max_event_streams),
             recall: Recall::new(db.clone(), embedder),
             db,
             auth: Arc::new(auth),

@@ -39,6 +39,8 @@ pub(super) fn describe() {
         (QUEUE_WORKER_RESTARTS, "Queue workers restarted after they ended or failed."),
         (QUEUE_CONTROLS, "Queue-control changes, by kind and action (pause, resume)."),
         (RATE_LIMIT_WAITS, "Inference turns a provider rate limit held back, by outcome (waited, deferred)."),
+        (EVENTS_SENT, "Events sent on event streams, by stream (operation, operations)."),
+        (EVENT_STREAMS_REFUSED, "Event streams refused with 503: the process had CONTEXT_OPS_MAX_EVENT_STREAMS open."),
     ];
     for (name, help) in counters {
         describe_counter!(*name, *help);
@@ -57,6 +59,7 @@ pub(super) fn describe() {
         (OLDEST_QUEUED, Unit::Seconds, "Creation time (Unix seconds) of the oldest queued operation; 0 when none."),
         (QUEUE_PAUSED, Unit::Count, "1 while an operation kind is paused for everyone."),
         (QUEUE_PAUSED_TENANTS, Unit::Count, "Tenants an operation kind is paused for."),
+        (EVENT_STREAMS_OPEN, Unit::Count, "Event streams open in this process, by stream (operation, operations)."),
     ];
     for (name, unit, help) in gauges {
         describe_gauge!(*name, *unit, *help);
@@ -83,6 +86,11 @@ pub(super) fn register_zeros() {
     }
     for outcome in ["waited", "deferred"] {
         metrics::counter!(RATE_LIMIT_WAITS, "outcome" => outcome).increment(0);
+    }
+    metrics::counter!(EVENT_STREAMS_REFUSED).increment(0);
+    for stream in EVENT_STREAM_KINDS {
+        metrics::counter!(EVENTS_SENT, "stream" => stream).increment(0);
+        metrics::gauge!(EVENT_STREAMS_OPEN, "stream" => stream).set(0.0);
     }
     for kind in ContextOperationKind::ALL.map(|k| k.as_str()) {
         for name in [

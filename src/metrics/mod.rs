@@ -107,6 +107,16 @@ pub const QUEUE_PAUSED_TENANTS: &str = "context_ops_queue_paused_tenants";
 /// Queue-control changes by kind and action (`pause`, `resume`).
 pub const QUEUE_CONTROLS: &str = "context_ops_queue_controls_total";
 
+/// Event streams open in this process, by `stream` (`operation`: one operation's;
+/// `operations`: a listing's).
+pub const EVENT_STREAMS_OPEN: &str = "context_ops_event_streams_open";
+/// Events sent on event streams, by `stream`.
+pub const EVENTS_SENT: &str = "context_ops_events_sent_total";
+/// Event streams refused because the process had `CONTEXT_OPS_MAX_EVENT_STREAMS` open.
+pub const EVENT_STREAMS_REFUSED: &str = "context_ops_event_streams_refused_total";
+/// The `stream` label's values.
+pub const EVENT_STREAM_KINDS: [&str; 2] = ["operation", "operations"];
+
 /// Record a pause or resume.
 pub fn set_paused(kind: context_jobs::contract::ContextOperationKind, everyone: bool, paused: bool) {
     let action = if paused { "pause" } else { "resume" };

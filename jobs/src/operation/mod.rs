@@ -3,6 +3,7 @@
 //! policy, the polling hints clients get, and the submission rules every kind shares.
 //! The shell runs this against the database; nothing here does I/O.
 
+pub mod change_position;
 pub mod contract_form;
 pub mod error_code;
 pub mod limits;

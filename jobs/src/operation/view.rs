@@ -65,3 +65,14 @@ pub struct OperationView {
     /// The owning tenant (`tenantId/projectId`): an admin's listings span tenants.
     pub tenant: String,
 }
+
+/// A page of operations (`GET …/operations`), newest first; `nextCursor` while more remain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct OperationList {
+    pub items: Vec<OperationView>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
+    pub next_cursor: Option<String>,
+}

@@ -11,7 +11,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder};
 
 /// Every error status the service answers with, its component name, and what it means.
-const STATUSES: [(u16, &str, &str); 10] = [
+const STATUSES: [(u16, &str, &str); 9] = [
     (400, "BadRequest", "The request is malformed or invalid (body, path or query); nothing was stored."),
     (
         401,
@@ -28,12 +28,12 @@ const STATUSES: [(u16, &str, &str); 10] = [
     ),
     (413, "PayloadTooLarge", "The request body or a record in it is over a limit."),
     (415, "UnsupportedMediaType", "The request body must be sent with `content-type: application/json`."),
-    (429, "TooManyRequests", "Too many requests of this kind are open; retry after `Retry-After` seconds."),
     (500, "InternalError", "An unexpected failure; the body carries no internals (they are in the service log)."),
     (
         503,
         "ServiceUnavailable",
-        "A dependency (the database or the queue) is unavailable for now; retry after `Retry-After` seconds.",
+        "A dependency (the database or the queue) is unavailable for now, or this process has as many event \
+         streams open as it may; retry after `Retry-After` seconds.",
     ),
 ];
 
@@ -64,7 +64,7 @@ pub fn components() -> Vec<(String, RefOr<Response>)> {
                         .build();
                     response = response.header("WWW-Authenticate", challenge);
                 }
-                429 | 503 => response = response.header("Retry-After", seconds()),
+                503 => response = response.header("Retry-After", seconds()),
                 _ => {}
             }
             (name.to_string(), response.build().into())
@@ -128,6 +128,7 @@ mod tests {
             AppError::PreconditionFailed(String::new()),
             AppError::MethodNotAllowed,
             AppError::Unavailable(anyhow::anyhow!("")),
+            AppError::Busy(String::new()),
             AppError::Internal(anyhow::anyhow!("")),
         ];
         for e in errors {

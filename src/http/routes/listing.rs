@@ -21,7 +21,7 @@ use context_jobs::contract::{
     CONTEXT_OPERATIONS_PATH, ContextOperationKind, ContextOperationState, ListCursor, clamp_page_size,
 };
 use context_jobs::ids::OperationId;
-use context_jobs::operation::view::OperationView;
+use context_jobs::operation::view::OperationList;
 
 pub const BULK_PATH: &str = "/internal/v1/context/operations/bulk";
 
@@ -33,11 +33,11 @@ fn truncate(s: &str) -> String {
     s.chars().take(64).collect()
 }
 
-fn parse_kind(k: &str) -> ApiResult<ContextOperationKind> {
+pub(super) fn parse_kind(k: &str) -> ApiResult<ContextOperationKind> {
     ContextOperationKind::parse(k).ok_or_else(|| AppError::BadRequest(format!("unknown kind {:?}", truncate(k))))
 }
 
-fn parse_state(s: &str) -> ApiResult<ContextOperationState> {
+pub(super) fn parse_state(s: &str) -> ApiResult<ContextOperationState> {
     ContextOperationState::parse(s).ok_or_else(|| AppError::BadRequest(format!("unknown state {:?}", truncate(s))))
 }
 
@@ -72,17 +72,6 @@ pub struct ListQuery {
     created_before_ms: Option<i64>,
     /// The start of an operation id.
     q: Option<String>,
-}
-
-/// A page of operations, newest first.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct OperationList {
-    items: Vec<OperationView>,
-    /// Where the next page starts; absent on the last page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    next_cursor: Option<String>,
 }
 
 /// The caller's operations, newest first, filtered and cursor-paged (an admin may list

@@ -9,6 +9,7 @@
 pub mod artifacts;
 pub mod controls;
 pub mod entries;
+pub mod events;
 pub mod health;
 pub mod inference;
 pub mod listing;
@@ -35,6 +36,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(submissions::routes())
         .merge(operations::routes())
         .merge(long_poll::routes())
+        .merge(events::routes())
         .merge(listing::routes())
         .merge(controls::routes())
         .merge(inference::routes())

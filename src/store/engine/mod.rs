@@ -322,6 +322,7 @@ const POSTGRES_MIGRATIONS: MigrationSet = &[
     (6, "operation_notify", include_str!("../../../migrations/postgres/0006_operation_notify.sql")),
     (7, "projection_watermark", include_str!("../../../migrations/postgres/0007_projection_watermark.sql")),
     (8, "queue_control", include_str!("../../../migrations/postgres/0008_queue_control.sql")),
+    (9, "operation_changes", include_str!("../../../migrations/postgres/0009_operation_changes.sql")),
 ];
 
 const SQLITE_MIGRATIONS: MigrationSet = &[
@@ -333,6 +334,7 @@ const SQLITE_MIGRATIONS: MigrationSet = &[
     (6, "operation_notify", include_str!("../../../migrations/sqlite/0006_operation_notify.sql")),
     (7, "projection_watermark", include_str!("../../../migrations/sqlite/0007_projection_watermark.sql")),
     (8, "queue_control", include_str!("../../../migrations/sqlite/0008_queue_control.sql")),
+    (9, "operation_changes", include_str!("../../../migrations/sqlite/0009_operation_changes.sql")),
 ];
 
 #[cfg(test)]

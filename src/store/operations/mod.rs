@@ -1,7 +1,9 @@
 //! The operations table: the row and its contract view ([`OperationRow`]), submission with
 //! idempotency ([`submit`]), reads and listing ([`reads`]), the one writer of state changes
-//! ([`transitions`]), and the dispatcher's and pruner's queries ([`dispatch`]).
+//! ([`transitions`]), the dispatcher's and pruner's queries ([`dispatch`]), and changes in
+//! commit order for event streams ([`changes`]).
 
+pub mod changes;
 pub mod controls;
 pub mod dispatch;
 pub mod reads;
@@ -180,15 +182,20 @@ impl OperationRow {
 /// The PostgreSQL channel the `operations_changed` trigger notifies (migration 6).
 pub const CHANGES_CHANNEL: &str = "context_ops_operations";
 
-/// PostgreSQL: call `on_change(id)` for every operation change any process commits, as the
-/// trigger announces it, until the connection fails.
+/// PostgreSQL: call `on_change(id, tenant)` for every operation change (and new operation)
+/// any process commits, as the trigger announces it (`{id} {tenant}`; before migration 9
+/// the id alone, whose tenant is then `None`), until the connection fails.
 pub async fn follow_changes(
     pool: &sqlx::PgPool,
-    mut on_change: impl FnMut(&str),
+    mut on_change: impl FnMut(&str, Option<&str>),
 ) -> Result<std::convert::Infallible, sqlx::Error> {
     let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
     listener.listen(CHANGES_CHANNEL).await?;
     loop {
-        on_change(listener.recv().await?.payload());
+        let notification = listener.recv().await?;
+        match notification.payload().split_once(' ') {
+            Some((id, tenant)) => on_change(id, Some(tenant)),
+            None => on_change(notification.payload(), None),
+        }
     }
 }
