@@ -21,7 +21,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt as _};
 use serde::Deserialize;
-use utoipa::IntoParams;
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -48,6 +48,22 @@ pub fn routes() -> OpenApiRouter<AppState> {
 }
 
 const LAST_EVENT_ID: &str = "last-event-id";
+
+/// One event of a stream as an SSE client reads it (the document's schema of
+/// `text/event-stream`; the events themselves are written by [`sse`]).
+#[derive(ToSchema)]
+#[allow(dead_code)] // documentation only
+struct StreamEvent {
+    /// The operation's version (one operation's stream) or an opaque position (the stream of
+    /// all operations): what `Last-Event-ID` resumes from.
+    id: Option<String>,
+    /// The event type: `message`.
+    event: Option<String>,
+    /// The operation's JSON, exactly as `GET …/operations/{id}` answers it (an
+    /// `OperationView`); absent from a position-only event.
+    #[schema(content_media_type = "application/json")]
+    data: Option<String>,
+}
 
 #[derive(Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -119,7 +135,7 @@ fn open(state: &AppState, stream: &'static str) -> ApiResult<StreamPermit> {
     ),
     responses(
         (status = 200, description = "The event stream (`data:` an `OperationView`, `id:` its version).",
-         content_type = "text/event-stream", body = String),
+         content_type = "text/event-stream", body = StreamEvent),
         (status = 204, description = "The client already has the terminal version: nothing more will come."),
         ParamErrors,
         NotFound,
@@ -163,7 +179,7 @@ async fn operation_events(
     ),
     responses(
         (status = 200, description = "The event stream (`data:` an `OperationView`, `id:` a position).",
-         content_type = "text/event-stream", body = String),
+         content_type = "text/event-stream", body = StreamEvent),
         ParamErrors,
         Forbidden,
     ),
