@@ -120,16 +120,22 @@ pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
         addr = listener.local_addr()?;
         tracing::info!(%addr, "API listening");
         tasks.push(serve(listener, router(state.clone()), shutdown.clone()));
-        // Long-polls here wake on changes committed by other processes too.
-        if let Db::Postgres(pool) = &state.db {
-            tasks.push(state.changes.spawn_listener(pool.clone(), shutdown.clone()));
-        }
     }
     if let Some(listener) = metrics_listener {
         let bound = listener.local_addr()?;
         metrics_addr = Some(bound);
         tracing::info!(addr = %bound, "metrics listening");
         tasks.push(serve(listener, metrics_router(state.clone()), shutdown.clone()));
+    }
+    // Changes committed here reach other processes' long-polls and streams (production);
+    // a process serving the API also hears theirs.
+    if let Some(redis) = &config.queue.redis_url {
+        tasks.extend(state.changes.spawn_relay(
+            redis,
+            &config.queue.queue_namespace,
+            role.runs_api(),
+            shutdown.clone(),
+        )?);
     }
     if role.runs_workers() {
         let holder = format!(
@@ -172,6 +178,7 @@ pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
             state.db.clone(),
             state.queue.clone(),
             state.config.clone(),
+            state.changes.clone(),
             holder,
             shutdown.clone(),
         ));

@@ -52,7 +52,7 @@ impl AppState {
         let auth = Authenticator::new(&config.auth)?;
         let embedder = Arc::new(Embedder::from_config(&config)?);
         Ok(Self {
-            changes: Changes::new(db.engine()),
+            changes: Changes::new(),
             events: crate::events::EventStreams::new(config.http.max_event_streams),
             recall: Recall::new(db.clone(), embedder),
             db,

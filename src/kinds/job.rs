@@ -176,7 +176,7 @@ impl JobCtx {
     /// Commit a batch's transaction and announce the change.
     pub async fn commit(&self, tx: Tx) -> Result<(), JobError> {
         tx.commit().await?;
-        self.changes.committed(&self.operation.id);
+        self.changes.committed(&self.operation.id, &self.operation.tenant);
         Ok(())
     }
 
@@ -187,7 +187,7 @@ impl JobCtx {
         let t = Transition::Checkpoint { progress, lease_until_ms };
         let signals = transitions::apply(&self.db, &self.lease, &t).await?;
         self.processed.store(progress.processed, Ordering::Relaxed);
-        self.changes.committed(&self.operation.id);
+        self.changes.committed(&self.operation.id, &self.operation.tenant);
         self.boundary(signals)
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::changes::Changes;
 use crate::config::Config;
 use crate::metrics as m;
 use crate::queue::Queue;
@@ -21,6 +22,7 @@ pub fn spawn(
     db: Db,
     queue: Queue,
     config: Arc<Config>,
+    changes: Changes,
     holder: String,
     shutdown: CancellationToken,
 ) -> JoinHandle<anyhow::Result<()>> {
@@ -36,7 +38,7 @@ pub fn spawn(
                 _ = shutdown.cancelled() => return Ok(()),
                 _ = tick.tick() => {}
             }
-            if let Err(e) = dispatch_once(&db, &queue, config.queue.repush_after_ms as i64).await {
+            if let Err(e) = dispatch_once(&db, &queue, &changes, config.queue.repush_after_ms as i64).await {
                 tracing::warn!(error = format!("{e:#}"), "dispatcher round failed");
             }
             if let Err(e) = update_gauges(&db, &queue).await {
@@ -49,11 +51,14 @@ pub fn spawn(
                 last_sweep_check = now;
                 let period = config.retention.retention_sweep_secs as i64 * 1000;
                 match super::sweep::sweep_tick(&db, &holder, period, &policy).await {
-                    Ok(Some(run)) => tracing::info!(
-                        operations = run.operations,
-                        planned_messages = run.planned,
-                        "retention sweep submitted its retention operations"
-                    ),
+                    Ok(Some(run)) => {
+                        changes.committed_many(None);
+                        tracing::info!(
+                            operations = run.operations,
+                            planned_messages = run.planned,
+                            "retention sweep submitted its retention operations"
+                        )
+                    }
                     Ok(None) => {}
                     Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
                 }
@@ -92,9 +97,10 @@ fn spawn_housekeeping(db: Db, queue: Queue, config: Arc<Config>, shutdown: Cance
 }
 
 /// One dispatcher round; returns how many operations were pushed.
-pub async fn dispatch_once(db: &Db, queue: &Queue, repush_after_ms: i64) -> anyhow::Result<usize> {
+pub async fn dispatch_once(db: &Db, queue: &Queue, changes: &Changes, repush_after_ms: i64) -> anyhow::Result<usize> {
     // Queued work past its deadline never starts.
-    for (id, kind) in transitions::expire_overdue(db, 500).await? {
+    for (id, tenant, kind) in transitions::expire_overdue(db, 500).await? {
+        changes.committed(&id, &tenant);
         tracing::info!(operation = %id, kind = kind.as_str(), "deadline passed before it started; failed");
         metrics::counter!(m::OPERATIONS_FINISHED, "kind" => kind.as_str(), "outcome" => ContextOperationState::Failed.as_str())
             .increment(1);

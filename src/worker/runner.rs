@@ -17,7 +17,7 @@ use crate::changes::Changes;
 use crate::config::{Config, Scheduling};
 use crate::metrics as m;
 use crate::queue::{OperationHandler, OperationMessage};
-use crate::store::operations::transitions::ClaimLimits;
+use crate::store::operations::transitions::{ClaimLimits, Next};
 use crate::store::operations::{Claimed, FenceError, Lease, dispatch, transitions};
 use crate::store::{Db, now_ms};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState};
@@ -66,7 +66,7 @@ impl Runner {
     async fn write(&self, lease: &Lease, t: &Transition<'_>) -> anyhow::Result<bool> {
         match transitions::apply(&self.db, lease, t).await {
             Ok(_) => {
-                self.changes.committed(&lease.operation_id);
+                self.changes.committed(&lease.operation_id, &lease.tenant);
                 Ok(true)
             }
             Err(FenceError::LostLease) => Ok(false),
@@ -100,7 +100,7 @@ impl Runner {
         let mut claimed = if recover {
             transitions::recover(&self.db, hint, &self.holder, lease_ms).await?
         } else {
-            transitions::claim_next(&self.db, kind, &self.holder, lease_ms, &limits).await?
+            self.claim_next(kind, lease_ms, &limits).await?
         };
         if claimed.is_none() {
             // Nothing to start: another worker took it, it finished, or work is held back.
@@ -114,14 +114,31 @@ impl Runner {
         while let Some(next) = claimed.take() {
             self.run(next).await?;
             if limited && !self.shutdown.is_cancelled() {
-                claimed = transitions::claim_next(&self.db, kind, &self.holder, lease_ms, &limits).await?;
+                claimed = self.claim_next(kind, lease_ms, &limits).await?;
             }
         }
         Ok(())
     }
 
+    /// The next operation of `kind` by fair share, announcing a hold it wrote.
+    async fn claim_next(
+        &self,
+        kind: ContextOperationKind,
+        lease_ms: i64,
+        limits: &ClaimLimits,
+    ) -> anyhow::Result<Option<Claimed>> {
+        Ok(match transitions::claim_next(&self.db, kind, &self.holder, lease_ms, limits).await? {
+            Next::Claimed(claimed) => Some(*claimed),
+            Next::Held { id, tenant } => {
+                self.changes.committed(&id, &tenant);
+                None
+            }
+            Next::Nothing => None,
+        })
+    }
+
     async fn run(&self, claimed: Claimed) -> anyhow::Result<()> {
-        self.changes.committed(&claimed.operation.id);
+        self.changes.committed(&claimed.operation.id, &claimed.operation.tenant);
         let op = claimed.operation;
         let lease = claimed.lease;
         let kind = op.kind;

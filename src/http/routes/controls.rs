@@ -207,6 +207,9 @@ async fn set_paused(
     let tenant = body.tenant.as_deref().map(parse_tenant).transpose()?;
     let marked = transitions::set_paused(&state.db, kind, tenant.as_ref(), paused).await?;
     crate::metrics::set_paused(kind, tenant.is_none(), paused);
+    if marked > 0 {
+        state.changes.committed_many(tenant.as_ref());
+    }
     if !paused {
         // Start the held work now rather than at the next dispatcher round: each delivery
         // claims by fair share, so a few deliveries are enough for every tenant's head to

@@ -194,6 +194,9 @@ async fn bulk(
     };
     // Retried work is unpushed: the dispatcher's next round pushes it.
     let outcome = transitions::bulk(&state.db, action, &filter, request.dry_run, plan).await?;
+    if outcome.changed > 0 {
+        state.changes.committed_many(filter.tenant.as_ref());
+    }
     Ok(ApiJson(BulkResponse {
         action: request.action,
         dry_run: request.dry_run,

@@ -162,7 +162,7 @@ async fn get_one(
 )]
 async fn cancel(State(state): State<AppState>, caller: Caller, IdPath(id): IdPath<OperationId>) -> ApiResult<Response> {
     let cancelled_now = transitions::cancel(&state.db, &caller.tenant, &id).await?;
-    state.changes.committed(&id);
+    state.changes.committed(&id, &caller.tenant);
     let op = load(&state, &caller, &id).await?;
     if let (true, Some(outcome)) = (cancelled_now, Transition::CancelQueued.outcome()) {
         metrics::counter!(crate::metrics::OPERATIONS_FINISHED, "kind" => op.kind.as_str(), "outcome" => outcome)
@@ -208,7 +208,7 @@ async fn retry(
             op.state.as_str()
         )));
     }
-    state.changes.committed(&id);
+    state.changes.committed(&id, &caller.tenant);
     let op = load(&state, &caller, &id).await?;
     if op.not_before_ms <= now_ms()
         && let Err(e) = state.queue.push(op.kind, &op.id).await

@@ -81,7 +81,7 @@ pub async fn submit_prepared(
         return Ok(submitted.operation);
     }
     metrics::counter!(m::OPERATIONS_SUBMITTED, "kind" => kind.as_str()).increment(1);
-    state.changes.committed(&submitted.operation.id);
+    state.changes.committed(&submitted.operation.id, &submitted.operation.tenant);
     let push = submitted.push_now(now);
     let op = submitted.operation;
     if !push {

@@ -89,7 +89,7 @@ impl Commits {
             let outcome = commit(&db, &lease, batch, previous).await;
             drop(slot);
             if outcome.is_ok() {
-                changes.committed(&lease.operation_id);
+                changes.committed(&lease.operation_id, &lease.tenant);
                 progressed.store(processed, Ordering::Relaxed);
             }
             if !matches!(outcome, Ok(s) if !s.stops()) {

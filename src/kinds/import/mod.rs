@@ -79,7 +79,7 @@ async fn inline(
         ..Default::default()
     };
     write_batch(&ctx.db, &ctx.lease, ctx.tenant(), messages, entries, &mut checkpoint, n).await?;
-    ctx.changes.committed(&ctx.operation.id);
+    ctx.changes.committed(&ctx.operation.id, &ctx.operation.tenant);
     Ok((&checkpoint).into())
 }
 

@@ -118,7 +118,7 @@ impl Write {
             let mut checkpoint = checkpoint;
             let started = std::time::Instant::now();
             let signals = write_batch(&db, &lease, &tenant, &messages, &entries, &mut checkpoint, total).await?;
-            changes.committed(&lease.operation_id);
+            changes.committed(&lease.operation_id, &lease.tenant);
             progressed.store((checkpoint.messages_read + checkpoint.entries_read) as i64, Ordering::Relaxed);
             let write_ms = started.elapsed().as_millis() as u64;
             tracing::debug!(operation = %lease.operation_id, line = checkpoint.line, write_ms, "import batch committed");

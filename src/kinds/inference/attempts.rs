@@ -236,6 +236,6 @@ pub(super) async fn save(
     let progress = Progress { phase, processed, total: 1, checkpoint: Some(encode(checkpoint)?) };
     let t = Transition::Checkpoint { progress: &progress, lease_until_ms: ctx.lease.renewed_until() };
     let signals = transitions::apply(&ctx.db, &ctx.lease, &t).await?;
-    ctx.changes.committed(&ctx.operation.id);
+    ctx.changes.committed(&ctx.operation.id, &ctx.operation.tenant);
     Ok(signals)
 }

@@ -178,24 +178,3 @@ impl OperationRow {
         self.error_code.as_deref() == Some(ErrorCode::LeaseExpired.as_str())
     }
 }
-
-/// The PostgreSQL channel the `operations_changed` trigger notifies (migration 6).
-pub const CHANGES_CHANNEL: &str = "context_ops_operations";
-
-/// PostgreSQL: call `on_change(id, tenant)` for every operation change (and new operation)
-/// any process commits, as the trigger announces it (`{id} {tenant}`; before migration 9
-/// the id alone, whose tenant is then `None`), until the connection fails.
-pub async fn follow_changes(
-    pool: &sqlx::PgPool,
-    mut on_change: impl FnMut(&str, Option<&str>),
-) -> Result<std::convert::Infallible, sqlx::Error> {
-    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
-    listener.listen(CHANGES_CHANNEL).await?;
-    loop {
-        let notification = listener.recv().await?;
-        match notification.payload().split_once(' ') {
-            Some((id, tenant)) => on_change(id, Some(tenant)),
-            None => on_change(notification.payload(), None),
-        }
-    }
-}

@@ -1,5 +1,5 @@
 //! Long-polls on the real binary: a SIGTERM answers an open one at once (not after its
-//! 30 s), and on PostgreSQL a change another process commits wakes it (LISTEN/NOTIFY).
+//! 30 s), and in production a change another process commits wakes it (the Redis relay).
 
 use std::time::{Duration, Instant};
 

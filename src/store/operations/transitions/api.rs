@@ -114,7 +114,7 @@ async fn requeue_in(
 
 /// Dispatcher: fail queued operations whose deadline passed (`Expire`: they never start),
 /// releasing what they hold. Returns their ids and kinds.
-pub async fn expire_overdue(db: &Db, limit: i64) -> StoreResult<Vec<(OperationId, ContextOperationKind)>> {
+pub async fn expire_overdue(db: &Db, limit: i64) -> StoreResult<Vec<(OperationId, TenantKey, ContextOperationKind)>> {
     let now = now_ms();
     let due: Vec<(String, String, String)> = query(
         "SELECT id, tenant, kind FROM operations WHERE state = $1 AND deadline_ms IS NOT NULL AND deadline_ms <= $2 \
@@ -144,7 +144,7 @@ pub async fn expire_overdue(db: &Db, limit: i64) -> StoreResult<Vec<(OperationId
         if p.into_query(sql).execute(&mut tx).await? == 1 {
             messages::conversations::release_barrier(&mut tx, &tenant, &id).await?;
             if let Some(kind) = ContextOperationKind::parse(&kind) {
-                out.push((id, kind));
+                out.push((id, tenant, kind));
             }
         }
         tx.commit().await?;

@@ -9,7 +9,7 @@ use crate::store::engine::Params;
 use crate::store::operations::{COLUMNS, OperationRow};
 use crate::store::{Db, Engine, StoreResult, now_ms, query};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState as State};
-use context_jobs::ids::OperationId;
+use context_jobs::ids::{OperationId, TenantKey};
 use context_jobs::operation::ErrorCode;
 use context_jobs::operation::machine::{LEASE_EXPIRED_MESSAGE, WAITING_PHASES};
 use context_jobs::operation::schedule::{Hold, KindLimits, Pick, TenantQueue, pick};
@@ -169,16 +169,27 @@ fn queues_sql() -> &'static str {
      FROM t WHERE t.tenant IS NOT NULL LIMIT 1000"
 }
 
+/// What [`claim_next`] did.
+pub enum Next {
+    /// Claimed this operation.
+    Claimed(Box<Claimed>),
+    /// Nothing may start now, and this queued operation's phase now says why (a pause or a
+    /// concurrency limit holds it): a change to announce.
+    Held { id: OperationId, tenant: TenantKey },
+    /// Nothing may start now.
+    Nothing,
+}
+
 /// Claim the next operation of `kind` by fair share for worker `owner` (the core's
 /// `schedule::pick`). Work held back by a pause or a concurrency limit gets the reason as
-/// its phase and stays queued. `None` when nothing may start now.
+/// its phase and stays queued.
 pub async fn claim_next(
     db: &Db,
     kind: ContextOperationKind,
     owner: &str,
     lease_ms: i64,
     limits: &ClaimLimits,
-) -> StoreResult<Option<Claimed>> {
+) -> StoreResult<Next> {
     let limited = limits.max_running.is_some() || limits.max_running_per_tenant.is_some();
     // A lost race (another worker claimed the chosen head first) picks again.
     for _ in 0..8 {
@@ -191,7 +202,7 @@ pub async fn claim_next(
             .fetch_all(db)
             .await?;
         if rows.is_empty() {
-            return Ok(None);
+            return Ok(Next::Nothing);
         }
         let (running, paused) = (rows[0].5, rows[0].6 > 0);
         let weight = |t: &str| limits.weights.iter().find(|(w, _)| w == t).map_or(1, |(_, n)| *n);
@@ -213,10 +224,12 @@ pub async fn claim_next(
             max_running_per_tenant: limits.max_running_per_tenant,
         };
         match pick(&queues, &kind_limits) {
-            Pick::Idle => return Ok(None),
+            Pick::Idle => return Ok(Next::Nothing),
             Pick::Held { hold, head, .. } => {
-                hold_one(db, head, hold).await?;
-                return Ok(None);
+                return Ok(match hold_one(db, head, hold).await? {
+                    Some(tenant) => Next::Held { id: OperationId::from_stored(head), tenant },
+                    None => Next::Nothing,
+                });
             }
             Pick::Run { tenant, id } => {
                 // Under a concurrency limit the chosen head itself is claimed, so concurrent
@@ -228,12 +241,12 @@ pub async fn claim_next(
                     if queues.len() > 1 {
                         served(db, kind, tenant, now).await?;
                     }
-                    return Ok(Some(claimed));
+                    return Ok(Next::Claimed(Box::new(claimed)));
                 }
             }
         }
     }
-    Ok(None)
+    Ok(Next::Nothing)
 }
 
 /// Record that `tenant` was served now (the fair share's tie-break).
@@ -252,8 +265,8 @@ async fn served(db: &Db, kind: ContextOperationKind, tenant: &str, now: i64) -> 
 }
 
 /// Write why a queued operation waits (its phase), once: nothing changes when it already
-/// says so.
-async fn hold_one(db: &Db, id: &str, hold: Hold) -> StoreResult<()> {
+/// says so. Its tenant when it changed.
+async fn hold_one(db: &Db, id: &str, hold: Hold) -> StoreResult<Option<TenantKey>> {
     let t = Transition::Hold { phase: hold.phase() };
     let mut p = Params::default();
     let (id_p, phase_p, now_p) = (p.p(id), p.p(hold.phase()), p.p(now_ms()));
@@ -262,9 +275,9 @@ async fn hold_one(db: &Db, id: &str, hold: Hold) -> StoreResult<()> {
     let still = if hold == Hold::Paused { format!(" AND {PAUSE_HOLDS}") } else { String::new() };
     let sql = format!(
         "UPDATE operations SET phase = {phase_p}, updated_at_ms = {now_p}, version = version + 1 \
-         WHERE id = {id_p} AND {} AND phase <> {phase_p}{still}",
+         WHERE id = {id_p} AND {} AND phase <> {phase_p}{still} RETURNING tenant",
         p.state_in(t.from())
     );
-    p.into_query(sql).execute(db).await?;
-    Ok(())
+    let tenant: Option<String> = p.into_query(sql).fetch_optional_scalar(db).await?;
+    Ok(tenant.map(TenantKey::from_stored))
 }

@@ -16,7 +16,7 @@ mod api;
 mod claim;
 
 pub use api::{BulkAction, BulkFilter, BulkOutcome, bulk, cancel, expire_overdue, requeue, set_paused};
-pub use claim::{ClaimLimits, OWNER_SILENCE_MS, claim_next, recover};
+pub use claim::{ClaimLimits, Next, OWNER_SILENCE_MS, claim_next, recover};
 
 use super::OperationRow;
 use crate::store::engine::{Params, Query};
