@@ -158,6 +158,7 @@ pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
                 state.queue.redis().map(|conn| (conn, state.queue.namespace().to_string())),
                 state.scheduling.rate_limits.clone(),
             ),
+            views: Arc::default(),
         };
         let workers = state.queue.spawn_workers(Arc::new(runner), shutdown.clone());
         let stopped = CancellationToken::new();

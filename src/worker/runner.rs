@@ -17,7 +17,7 @@ use crate::changes::Changes;
 use crate::config::{Config, Scheduling};
 use crate::metrics as m;
 use crate::queue::{OperationHandler, OperationMessage};
-use crate::store::operations::transitions::{ClaimLimits, Next};
+use crate::store::operations::transitions::{ClaimLimits, Next, ViewCache};
 use crate::store::operations::{Claimed, FenceError, Lease, dispatch, transitions};
 use crate::store::{Db, now_ms};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState};
@@ -35,6 +35,8 @@ pub struct Runner {
     pub holder: Arc<str>,
     pub scheduling: Arc<Scheduling>,
     pub limiter: crate::ratelimit::RateLimiter,
+    /// This process's recent scheduler views (claims of unlimited kinds read them).
+    pub views: Arc<ViewCache>,
 }
 
 impl OperationHandler for Runner {
@@ -127,7 +129,7 @@ impl Runner {
         lease_ms: i64,
         limits: &ClaimLimits,
     ) -> anyhow::Result<Option<Claimed>> {
-        Ok(match transitions::claim_next(&self.db, kind, &self.holder, lease_ms, limits).await? {
+        Ok(match transitions::claim_next(&self.db, kind, &self.holder, lease_ms, limits, &self.views).await? {
             Next::Claimed(claimed) => Some(*claimed),
             Next::Held { id, tenant } => {
                 self.changes.committed(&id, &tenant);

@@ -12,7 +12,9 @@ use context_jobs::contract::{ContextOperationKind, ContextOperationState as Stat
 use context_jobs::ids::{OperationId, TenantKey};
 use context_jobs::operation::ErrorCode;
 use context_jobs::operation::machine::{LEASE_EXPIRED_MESSAGE, WAITING_PHASES};
-use context_jobs::operation::schedule::{Hold, KindLimits, Pick, TenantQueue, pick};
+use context_jobs::operation::schedule::{Hold, Pick, pick};
+
+use super::view::{self, ViewCache};
 use context_jobs::operation::{Transition, phase};
 
 /// A worker process silent this long is taken for dead: its leases are recovered.
@@ -21,8 +23,11 @@ pub const OWNER_SILENCE_MS: i64 = 3_000;
 /// Which rows a claim by id may take.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Takes {
-    /// The scheduler's choice: a queued operation that is due.
+    /// The scheduler's choice off a fresh view: a queued operation that is due.
     Queued,
+    /// A choice off a cached view (see `view.rs`): due, and no pause holds it (the view may
+    /// predate the pause).
+    Unpaused,
     /// An orphan: a running operation whose lease expired or whose owner went silent.
     Orphan,
 }
@@ -77,6 +82,7 @@ fn claim_statement<'q>(
     let (expired, expired_message) = (p.p(ErrorCode::LeaseExpired.as_str()), p.p(LEASE_EXPIRED_MESSAGE));
     let guard = match takes {
         Takes::Queued => due("", &queued, &now_p),
+        Takes::Unpaused => format!("{} AND NOT {PAUSE_HOLDS}", due("", &queued, &now_p)),
         Takes::Orphan => format!(
             "state = {running} AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms < {now_p} \
              OR lease_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_heartbeats w WHERE w.holder = operations.lease_owner \
@@ -144,31 +150,6 @@ pub struct ClaimLimits {
     pub weights: Vec<(String, u32)>,
 }
 
-/// The scheduler's view of one tenant: `(tenant, head id, running, last claim, paused,
-/// the kind's running, the kind paused for everyone)`.
-type QueueRow = (String, Option<String>, i64, Option<i64>, i64, i64, i64);
-
-/// Every tenant with queued work of `kind`, found with one index seek per tenant (a loose
-/// index scan: the next tenant after the last), each with its due head (priority, then
-/// age), running count, last claim and pause.
-fn queues_sql() -> &'static str {
-    "WITH RECURSIVE t(tenant) AS ( \
-       SELECT MIN(tenant) FROM operations WHERE kind = $1 AND state = $2 \
-       UNION ALL \
-       SELECT (SELECT MIN(o.tenant) FROM operations o WHERE o.kind = $1 AND o.state = $2 AND o.tenant > t.tenant) \
-       FROM t WHERE t.tenant IS NOT NULL) \
-     SELECT t.tenant, \
-       (SELECT o.id FROM operations o WHERE o.kind = $1 AND o.state = $2 AND o.tenant = t.tenant \
-          AND o.not_before_ms <= $4 AND o.cancel_requested = 0 AND (o.deadline_ms IS NULL OR o.deadline_ms > $4) \
-          ORDER BY o.priority DESC, o.created_at_ms, o.id LIMIT 1), \
-       (SELECT COUNT(*) FROM operations r WHERE r.kind = $1 AND r.state = $3 AND r.tenant = t.tenant), \
-       (SELECT s.last_claim_ms FROM queue_shares s WHERE s.kind = $1 AND s.tenant = t.tenant), \
-       (SELECT COUNT(*) FROM queue_controls c WHERE c.kind = $1 AND c.tenant = t.tenant AND c.paused = 1), \
-       (SELECT COUNT(*) FROM operations r WHERE r.kind = $1 AND r.state = $3), \
-       (SELECT COUNT(*) FROM queue_controls c WHERE c.kind = $1 AND c.tenant = '' AND c.paused = 1) \
-     FROM t WHERE t.tenant IS NOT NULL LIMIT 1000"
-}
-
 /// What [`claim_next`] did.
 pub enum Next {
     /// Claimed this operation.
@@ -189,64 +170,85 @@ pub async fn claim_next(
     owner: &str,
     lease_ms: i64,
     limits: &ClaimLimits,
+    views: &ViewCache,
 ) -> StoreResult<Next> {
     let limited = limits.max_running.is_some() || limits.max_running_per_tenant.is_some();
+    if !limited && let Some(next) = claim_off_cached_view(db, kind, owner, lease_ms, limits, views).await? {
+        return Ok(next);
+    }
     // A lost race (another worker claimed the chosen head first) picks again.
     for _ in 0..8 {
         let now = now_ms();
-        let rows: Vec<QueueRow> = query(queues_sql())
-            .bind(kind.as_str())
-            .bind(State::Queued.as_str())
-            .bind(State::Running.as_str())
-            .bind(now)
-            .fetch_all(db)
-            .await?;
-        if rows.is_empty() {
-            return Ok(Next::Nothing);
-        }
-        let (running, paused) = (rows[0].5, rows[0].6 > 0);
-        let weight = |t: &str| limits.weights.iter().find(|(w, _)| w == t).map_or(1, |(_, n)| *n);
-        let queues: Vec<TenantQueue<'_>> = rows
-            .iter()
-            .map(|(tenant, head, running, last, paused, _, _)| TenantQueue {
-                tenant,
-                head: head.as_deref(),
-                running: (*running).max(0) as u32,
-                weight: weight(tenant),
-                last_claim_ms: last.unwrap_or(0),
-                paused: *paused > 0,
-            })
-            .collect();
-        let kind_limits = KindLimits {
-            paused,
-            running: running.max(0) as u32,
-            max_running: limits.max_running,
-            max_running_per_tenant: limits.max_running_per_tenant,
-        };
-        match pick(&queues, &kind_limits) {
-            Pick::Idle => return Ok(Next::Nothing),
+        let view = view::fetch(db, kind, now).await?;
+        let (queues, kind_limits) = view.queues(limits);
+        let (tenants, decision) = (queues.len(), pick(&queues, &kind_limits));
+        let chosen = match decision {
+            Pick::Idle => None,
             Pick::Held { hold, head, .. } => {
-                return Ok(match hold_one(db, head, hold).await? {
-                    Some(tenant) => Next::Held { id: OperationId::from_stored(head), tenant },
+                let id = OperationId::from_stored(head);
+                views.put(kind, view.clone());
+                return Ok(match hold_one(db, id.as_str(), hold).await? {
+                    Some(tenant) => Next::Held { id, tenant },
                     None => Next::Nothing,
                 });
             }
-            Pick::Run { tenant, id } => {
-                // Under a concurrency limit the chosen head itself is claimed, so concurrent
-                // claims serialise and the limit holds exactly; without one, concurrent
-                // workers take the tenant's next operations side by side.
-                let target = if limited { Target::Id(id) } else { Target::FirstDue { kind: kind.as_str(), tenant } };
-                if let Some(claimed) = claim_id(db, target, owner, lease_ms, Takes::Queued).await? {
-                    // The fair share's tie-break matters only between tenants.
-                    if queues.len() > 1 {
-                        served(db, kind, tenant, now).await?;
-                    }
-                    return Ok(Next::Claimed(Box::new(claimed)));
-                }
-            }
+            Pick::Run { tenant, id } => Some((tenant.to_owned(), id.to_owned())),
+        };
+        drop(queues);
+        views.put(kind, view);
+        let Some((tenant, id)) = chosen else { return Ok(Next::Nothing) };
+        // Under a concurrency limit the chosen head itself is claimed, so concurrent
+        // claims serialise and the limit holds exactly; without one, concurrent workers
+        // take the tenant's next operations side by side.
+        let target = if limited { Target::Id(&id) } else { Target::FirstDue { kind: kind.as_str(), tenant: &tenant } };
+        if let Some(claimed) = claim_id(db, target, owner, lease_ms, Takes::Queued).await? {
+            record_claim(db, views, kind, &tenant, tenants, now).await?;
+            return Ok(Next::Claimed(Box::new(claimed)));
         }
     }
     Ok(Next::Nothing)
+}
+
+/// An unlimited kind's claim off this process's recent view (see `view.rs`): the chosen
+/// tenant's first due operation (priority, then age). `None`: decide off a fresh view (a
+/// hold to write, nothing due in the copy, or the copy proved stale).
+async fn claim_off_cached_view(
+    db: &Db,
+    kind: ContextOperationKind,
+    owner: &str,
+    lease_ms: i64,
+    limits: &ClaimLimits,
+    views: &ViewCache,
+) -> StoreResult<Option<Next>> {
+    let now = now_ms();
+    let view = views.get(db, kind, now).await?;
+    let (queues, kind_limits) = view.queues(limits);
+    let tenants = queues.len();
+    let Pick::Run { tenant, .. } = pick(&queues, &kind_limits) else { return Ok(None) };
+    let target = Target::FirstDue { kind: kind.as_str(), tenant };
+    if let Some(claimed) = claim_id(db, target, owner, lease_ms, Takes::Unpaused).await? {
+        record_claim(db, views, kind, tenant, tenants, now).await?;
+        return Ok(Some(Next::Claimed(Box::new(claimed))));
+    }
+    views.forget(kind);
+    Ok(None)
+}
+
+/// After a claim of `tenant`'s: the fair share's tie-break (shared by every process; it
+/// matters only between tenants) and this process's copy of the view.
+async fn record_claim(
+    db: &Db,
+    views: &ViewCache,
+    kind: ContextOperationKind,
+    tenant: &str,
+    tenants: usize,
+    now: i64,
+) -> StoreResult<()> {
+    if tenants > 1 {
+        served(db, kind, tenant, now).await?;
+    }
+    views.claimed(kind, tenant, now);
+    Ok(())
 }
 
 /// Record that `tenant` was served now (the fair share's tie-break).

@@ -11,12 +11,15 @@
 //! - this file: the lease holder's transitions ([`apply`]) and the attempt history;
 //! - [`claim`]: claiming the next by fair share, holding queued work, recovering orphans;
 //! - [`api`]: the API's and dispatcher's transitions (cancel, retry, expire, bulk).
+//! - [`view`]: the scheduler's view of a kind's queues, and this process's recent copy.
 
 mod api;
 mod claim;
+mod view;
 
 pub use api::{BulkAction, BulkFilter, BulkOutcome, bulk, cancel, expire_overdue, requeue, set_paused};
 pub use claim::{ClaimLimits, Next, OWNER_SILENCE_MS, claim_next, recover};
+pub use view::ViewCache;
 
 use super::OperationRow;
 use crate::store::engine::{Params, Query};
