@@ -1,5 +1,5 @@
-//! The `context-ops` binary: `serve`, `api`, `worker`, `migrate`, `health`, and the client
-//! (`op …`).
+//! The `context-ops` binary: `serve`, `api`, `worker`, `migrate`, `health`, `openapi`, and
+//! the client (`op …`).
 
 use context_ops::config::{Command, cli};
 use context_ops::{server, telemetry};
@@ -10,6 +10,10 @@ async fn main() -> std::process::ExitCode {
     let result = match parsed.command {
         Command::Op(args) => return context_ops::cli::run(*args).await,
         Command::Health(args) => cli::health(&args).await,
+        Command::Openapi => {
+            print!("{}", context_ops::http::openapi::document_json());
+            Ok(())
+        }
         command => {
             let (config, role) = command.into_config();
             telemetry::init(config.log.log_json);

@@ -10,9 +10,12 @@ const DAY_MS: i64 = 86_400_000;
 
 /// Delete every message with `created_at_ms < older_than_ms` or `sequence <= up_to_sequence`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RetentionPlan {
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub older_than_ms: Option<i64>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub up_to_sequence: Option<i64>,
 }
 

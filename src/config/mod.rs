@@ -49,6 +49,9 @@ pub enum Command {
     /// Ask a running process whether it is ready (`/health/ready`): exit 0 if so, 1 if not.
     /// For container health checks (the image has no curl).
     Health(HealthArgs),
+    /// Print the OpenAPI 3.1 document of the HTTP API (what `GET /openapi.json` serves):
+    /// `context-ops openapi > docs/openapi.json`.
+    Openapi,
     /// The client: submit, follow, list, cancel, retry and forget operations; download and
     /// upload artifacts; append and read messages — against a running service.
     Op(Box<crate::cli::args::OpArgs>),
@@ -275,7 +278,7 @@ impl Command {
                 (config, Some(Role::Worker))
             }
             Command::Migrate(a) => (Config { log: a.log, database: a.database, ..Config::defaults() }, None),
-            Command::Health(_) | Command::Op(_) => (Config::defaults(), None),
+            Command::Health(_) | Command::Openapi | Command::Op(_) => (Config::defaults(), None),
         }
     }
 }

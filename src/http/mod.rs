@@ -7,6 +7,7 @@ pub mod body;
 pub mod error;
 pub mod extract;
 pub mod malformed;
+pub mod openapi;
 pub mod routes;
 
 use std::sync::Arc;
@@ -71,15 +72,16 @@ impl AppState {
     }
 }
 
-/// The full API router. `/metrics` is included (behind auth) unless a separate metrics
-/// listener is configured.
+/// What the router's fallback answers (with 404) to a path no route has.
+pub const NO_SUCH_ENDPOINT: &str = "no such endpoint";
+
+/// The full API router: every documented route ([`routes::api`]) and the non-API ones
+/// ([`routes::non_api`]: `/metrics`, behind auth, unless a separate metrics listener is
+/// configured).
 pub fn router(state: AppState) -> Router {
-    let mut router = routes::routes();
-    if state.config.metrics.metrics_bind.is_none() {
-        router = router.merge(routes::health::authed_metrics_routes());
-    }
-    router
-        .fallback(|| async { api_error_response(StatusCode::NOT_FOUND, "no such endpoint") })
+    let (api, _) = routes::api().split_for_parts();
+    api.merge(routes::non_api::routes(state.config.metrics.metrics_bind.is_none()))
+        .fallback(|| async { api_error_response(StatusCode::NOT_FOUND, NO_SUCH_ENDPOINT) })
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         // The append limit is on serialized bytes; everything else is far smaller.
         .layer(DefaultBodyLimit::max(MAX_APPEND_BYTES))

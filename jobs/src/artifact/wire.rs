@@ -130,6 +130,7 @@ pub mod state {
 
 /// An artifact's metadata (`GET …/export-artifacts/{id}`, listings, upload replies).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ArtifactInfo {
     pub id: String,
@@ -137,12 +138,16 @@ pub struct ArtifactInfo {
     pub state: String,
     pub size_bytes: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub digest: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub messages: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub entries: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub operation_id: Option<String>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
@@ -150,17 +155,21 @@ pub struct ArtifactInfo {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ArtifactList {
     pub items: Vec<ArtifactInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub next_cursor: Option<String>,
 }
 
 /// Append bytes to an upload at `offset` (which must be the bytes received so far).
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AppendUploadRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::Ulid))]
     pub artifact_id: String,
     pub offset: u64,
     pub data_base64: String,
@@ -168,8 +177,10 @@ pub struct AppendUploadRequest {
 
 /// Seal an upload: the bytes must hash to `digest`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FinalizeUploadRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::Ulid))]
     pub artifact_id: String,
     pub digest: String,
 }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ContextInsightStatus {
     Active,
@@ -15,6 +16,7 @@ pub enum ContextInsightStatus {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ContextInsightKind {
     Fact,
@@ -26,8 +28,10 @@ pub enum ContextInsightKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ContextProvenance {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub conversation_id: String,
     #[serde(default)]
     pub message_ids: Vec<String>,
@@ -38,8 +42,10 @@ pub struct ContextProvenance {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContextInsight {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub id: String,
     pub kind: ContextInsightKind,
     pub content: Value,
@@ -57,6 +63,7 @@ pub struct ContextInsight {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PutContextInsightRequest {
     pub entry: ContextInsight,
@@ -65,14 +72,18 @@ pub struct PutContextInsightRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetContextInsightRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub entry_id: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CorrectContextInsightRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub entry_id: String,
     pub expected_version: u64,
     pub content: Value,
@@ -81,8 +92,10 @@ pub struct CorrectContextInsightRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExpireContextInsightRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub entry_id: String,
     pub expected_version: u64,
     #[serde(default)]
@@ -90,8 +103,10 @@ pub struct ExpireContextInsightRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MergeContextInsightsRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::contract::schema::ResourceId>))]
     pub source_entry_ids: Vec<String>,
     pub merged_entry: ContextInsight,
     #[serde(default)]
@@ -99,6 +114,7 @@ pub struct MergeContextInsightsRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RecallContextRequest {
     pub query: String,
@@ -123,6 +139,7 @@ fn default_vector_weight() -> f64 {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RecallScoreBreakdown {
     pub lexical: f64,
@@ -132,6 +149,7 @@ pub struct RecallScoreBreakdown {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RecalledContext {
     pub entry: ContextInsight,
@@ -139,6 +157,7 @@ pub struct RecalledContext {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct IndexWatermark {
     pub projected_version: u64,
@@ -148,6 +167,7 @@ pub struct IndexWatermark {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RecallContextResponse {
     pub items: Vec<RecalledContext>,

@@ -8,6 +8,7 @@ use super::{MAX_APPEND_MESSAGES, MAX_RESOURCE_ID_CHARS, MAX_SEARCH_QUERY_BYTES};
 
 /// Many-to-many domain associations carried on a scope.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceRelations {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -26,16 +27,22 @@ impl ResourceRelations {
 
 /// Identifies the conversation a record belongs to; `conversation_id` is the partition key.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationScope {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub conversation_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::contract::schema::ResourceId>))]
     pub user_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::contract::schema::ResourceId>))]
     pub agent_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::contract::schema::ResourceId>))]
     pub agent_space_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::contract::schema::ResourceId>))]
     pub runtime_type: Option<String>,
     #[serde(default, skip_serializing_if = "ResourceRelations::is_empty")]
     pub relations: ResourceRelations,
@@ -55,10 +62,13 @@ impl ConversationScope {
 
 /// One durable conversation message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationRecord {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub id: String,
     pub scope: ConversationScope,
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::MessageRole))]
     pub role: String,
     pub content: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -74,12 +84,14 @@ pub struct ConversationRecord {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AppendMessagesRequest {
     pub messages: Vec<ConversationRecord>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AppendResponse {
     pub appended: usize,
@@ -87,23 +99,27 @@ pub struct AppendResponse {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RecentMessagesRequest {
     pub scope: ConversationScope,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::contract::schema::MessageRole>))]
     pub roles: Vec<String>,
 }
 
 /// Records in chronological order, oldest first.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MessagesResponse {
     pub items: Vec<ConversationRecord>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PageMessagesRequest {
     pub scope: ConversationScope,
@@ -112,26 +128,32 @@ pub struct PageMessagesRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::contract::schema::MessageRole>))]
     pub roles: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MessagePage {
     pub items: Vec<ConversationRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub next_cursor: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ListConversationsRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub agent_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationSummary {
     pub conversation_id: String,
@@ -142,18 +164,21 @@ pub struct ConversationSummary {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationsResponse {
     pub items: Vec<ConversationSummary>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SearchMessagesRequest {
     pub scope: ConversationScope,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::contract::schema::MessageRole>))]
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,

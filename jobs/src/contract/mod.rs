@@ -8,6 +8,8 @@ mod entries;
 mod messages;
 pub mod nul;
 mod operations;
+#[cfg(feature = "openapi")]
+pub mod schema;
 mod transfer;
 
 pub use cursor::*;
@@ -60,6 +62,7 @@ pub const MAX_SEARCH_QUERY_BYTES: usize = 4 * 1024;
 
 /// Error body shared by every non-2xx response.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ApiError {
     pub status: u16,
     pub message: String,

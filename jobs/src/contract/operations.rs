@@ -8,6 +8,7 @@ use super::{ContextInsight, ConversationRecord, ConversationScope, IndexWatermar
 
 /// Operation kinds: the contract's four plus `retention` and `inference`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ContextOperationKind {
     Delete,
@@ -40,6 +41,7 @@ impl ContextOperationKind {
 
 /// Operation states: the contract's four plus `cancelled`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ContextOperationState {
     Queued,
@@ -72,6 +74,7 @@ impl ContextOperationState {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContextOperation {
     pub id: String,
@@ -81,27 +84,35 @@ pub struct ContextOperation {
     pub processed: u64,
     pub total: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub artifact_ref: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::kinds::schema::OperationResult))]
     pub result: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub error_code: Option<String>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
     pub version: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub next_poll_after_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetContextOperationRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::Ulid))]
     pub operation_id: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetentionPolicy {
     pub max_age_days: Option<u32>,
@@ -115,6 +126,7 @@ impl Default for RetentionPolicy {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetentionRequest {
     pub scope: ConversationScope,
@@ -123,6 +135,7 @@ pub struct RetentionRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeleteConversationRequest {
     pub scope: ConversationScope,
@@ -131,30 +144,42 @@ pub struct DeleteConversationRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DeletionOperation {
     pub id: String,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = crate::operation::contract_form::schema::ContractOperationState)
+    )]
     pub state: String,
     pub deleted_messages: u64,
     pub created_at_ms: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub next_poll_after_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub error_code: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContextMaintenanceStatus {
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub projector_last_run_ms: Option<i64>,
     pub projector_processed: u64,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub retention_last_run_ms: Option<i64>,
     pub retention_processed: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub index_watermark: Option<IndexWatermark>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExportContextRequest {
     #[serde(default)]
@@ -165,6 +190,7 @@ pub struct ExportContextRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ImportContextRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -173,6 +199,7 @@ pub struct ImportContextRequest {
     pub messages: Vec<ConversationRecord>,
     #[serde(default)]
     pub entries: Vec<ContextInsight>,
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub idempotency_key: String,
     /// Beyond the contract: rename conversations on the way in (`transfer::ConversationIdMap`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -180,6 +207,7 @@ pub struct ImportContextRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContextExportArtifact {
     pub id: String,
@@ -190,14 +218,18 @@ pub struct ContextExportArtifact {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetContextExportArtifactRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::Ulid))]
     pub artifact_id: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetContextExportArtifactChunkRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::Ulid))]
     pub artifact_id: String,
     #[serde(default)]
     pub offset: u64,
@@ -210,6 +242,7 @@ fn default_artifact_chunk_bytes() -> usize {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContextExportArtifactChunk {
     pub artifact_id: String,
@@ -221,6 +254,7 @@ pub struct ContextExportArtifactChunk {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RebuildVectorProjectionRequest {
     #[serde(default)]

@@ -19,6 +19,7 @@ pub const MAX_EXPORT_CONVERSATIONS: usize = 1000;
 /// whose `provenance.conversationId` passes the same conversation and agent tests, created
 /// in the same range.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExportFilter {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -62,6 +63,7 @@ impl ExportFilter {
 /// gets `prefix` in front (when given). Messages move with their conversation (its
 /// `scope.conversationId`), entries with their `provenance.conversationId`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ConversationIdMap {
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -52,6 +52,7 @@ pub struct ImportCheckpoint {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ImportCounts {
     pub inserted: u64,
@@ -60,6 +61,7 @@ pub struct ImportCounts {
 
 /// The result: what was inserted and skipped (ids that existed), by record kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ImportResult {
     pub messages: ImportCounts,

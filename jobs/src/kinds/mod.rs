@@ -135,6 +135,64 @@ macro_rules! request_variant {
 }
 pub(crate) use request_variant;
 
+/// The schema of an operation's `result` (feature `openapi`): its kind's [`Kind::Output`].
+#[cfg(feature = "openapi")]
+pub mod schema {
+    use utoipa::openapi::schema::{AnyOfBuilder, Schema};
+    use utoipa::openapi::{Ref, RefOr};
+    use utoipa::{PartialSchema, ToSchema};
+
+    use super::{Kind, delete, export, import, inference, rebuild_vector, retention};
+    use crate::contract::ContextOperationKind;
+
+    type Schemas = Vec<(String, RefOr<Schema>)>;
+
+    /// The output schema of `kind` (a match, so a new kind cannot be left out).
+    fn output(kind: ContextOperationKind) -> (String, fn(&mut Schemas)) {
+        fn of<K: Kind>() -> (String, fn(&mut Schemas))
+        where
+            K::Output: ToSchema,
+        {
+            (K::Output::name().into_owned(), |schemas| {
+                K::Output::schemas(schemas);
+                schemas.push((K::Output::name().into_owned(), K::Output::schema()));
+            })
+        }
+        match kind {
+            ContextOperationKind::Delete => of::<delete::Delete>(),
+            ContextOperationKind::Retention => of::<retention::Retention>(),
+            ContextOperationKind::Export => of::<export::Export>(),
+            ContextOperationKind::Import => of::<import::Import>(),
+            ContextOperationKind::RebuildVector => of::<rebuild_vector::RebuildVector>(),
+            ContextOperationKind::Inference => of::<inference::Inference>(),
+        }
+    }
+
+    /// An operation's `result`: the kind's result once it succeeded, and for a cancelled
+    /// `delete` or `retention` what it did so far.
+    pub struct OperationResult;
+
+    impl PartialSchema for OperationResult {
+        fn schema() -> RefOr<Schema> {
+            let mut any_of = AnyOfBuilder::new().description(Some(
+                "The kind's result: once it succeeded, and for a cancelled delete or retention what it removed so far.",
+            ));
+            for kind in ContextOperationKind::ALL {
+                any_of = any_of.item(Ref::from_schema_name(output(kind).0));
+            }
+            any_of.into()
+        }
+    }
+
+    impl ToSchema for OperationResult {
+        fn schemas(schemas: &mut Schemas) {
+            for kind in ContextOperationKind::ALL {
+                (output(kind).1)(schemas);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

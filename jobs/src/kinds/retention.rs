@@ -29,6 +29,7 @@ pub struct RetentionCheckpoint {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RetentionResult {
     pub deleted_messages: u64,

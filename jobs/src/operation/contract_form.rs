@@ -29,11 +29,19 @@ pub fn contract_kind(kind: Kind) -> Kind {
     }
 }
 
+/// The contract's state for `state`.
+pub fn contract_state(state: State) -> State {
+    match state {
+        State::Cancelled => State::Failed,
+        contract => contract,
+    }
+}
+
 /// `op` in the contract's vocabulary.
 pub fn contract_form(mut op: ContextOperation) -> ContextOperation {
     op.kind = contract_kind(op.kind);
     if op.state == State::Cancelled {
-        op.state = State::Failed;
+        op.state = contract_state(op.state);
         op.error_code = Some(ErrorCode::Cancelled.as_str().to_string());
         op.error.get_or_insert_with(|| CANCELLED_ERROR.to_string());
     }
@@ -51,6 +59,95 @@ pub fn deletion_form(op: ContextOperation) -> DeletionOperation {
         created_at_ms: op.created_at_ms,
         next_poll_after_ms: op.next_poll_after_ms,
         error_code: op.error_code,
+    }
+}
+
+/// The OpenAPI schemas of the contract vocabulary, computed from the mapping above so the
+/// document cannot drift from it: [`schema::ContractOperationKind`],
+/// [`schema::ContractOperationState`] and [`schema::ContractOperation`] (a
+/// `ContextOperation` whose `kind` and `state` take only the contract's values).
+#[cfg(feature = "openapi")]
+pub mod schema {
+    use std::borrow::Cow;
+
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+    use utoipa::openapi::{Ref, RefOr};
+    use utoipa::{PartialSchema, ToSchema};
+
+    use super::{Kind, State, contract_kind, contract_state};
+    use crate::contract::ContextOperation;
+
+    fn vocabulary<T: Copy + PartialEq>(all: &[T], map: fn(T) -> T, word: fn(T) -> &'static str) -> Vec<&'static str> {
+        let mut words = Vec::new();
+        for shown in all.iter().map(|v| map(*v)) {
+            if !words.contains(&word(shown)) {
+                words.push(word(shown));
+            }
+        }
+        words
+    }
+
+    fn string_enum(description: &str, words: Vec<&'static str>) -> RefOr<Schema> {
+        ObjectBuilder::new().schema_type(Type::String).description(Some(description)).enum_values(Some(words)).into()
+    }
+
+    /// The contract's operation kinds: what a contract path shows for each kind.
+    pub struct ContractOperationKind;
+
+    impl PartialSchema for ContractOperationKind {
+        fn schema() -> RefOr<Schema> {
+            string_enum(
+                "An operation kind in the contract's vocabulary (retention shows as delete, inference as import).",
+                vocabulary(&Kind::ALL, contract_kind, Kind::as_str),
+            )
+        }
+    }
+
+    impl ToSchema for ContractOperationKind {}
+
+    /// The contract's operation states: what a contract path shows for each state.
+    pub struct ContractOperationState;
+
+    impl PartialSchema for ContractOperationState {
+        fn schema() -> RefOr<Schema> {
+            string_enum(
+                "An operation state in the contract's vocabulary (cancelled shows as failed with errorCode \"cancelled\").",
+                vocabulary(&State::ALL, contract_state, State::as_str),
+            )
+        }
+    }
+
+    impl ToSchema for ContractOperationState {}
+
+    /// `ContextOperation` as a contract path shows it.
+    pub struct ContractOperation;
+
+    impl PartialSchema for ContractOperation {
+        fn schema() -> RefOr<Schema> {
+            let RefOr::T(Schema::Object(mut object)) = ContextOperation::schema() else {
+                unreachable!("ContextOperation is an object schema")
+            };
+            object.properties.insert("kind".into(), Ref::from_schema_name(ContractOperationKind::name()).into());
+            object.properties.insert("state".into(), Ref::from_schema_name(ContractOperationState::name()).into());
+            object.description = Some("An operation in the contract's vocabulary (the contract's own paths).".into());
+            object.into()
+        }
+    }
+
+    impl ToSchema for ContractOperation {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("ContractOperation")
+        }
+
+        fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+            for (name, schema) in [
+                (ContractOperationKind::name(), ContractOperationKind::schema()),
+                (ContractOperationState::name(), ContractOperationState::schema()),
+            ] {
+                schemas.push((name.into_owned(), schema));
+            }
+            <ContextOperation as ToSchema>::schemas(schemas);
+        }
     }
 }
 

@@ -12,18 +12,22 @@ pub const PRIORITY_DEFAULT: i64 = 5;
 
 /// The scheduling fields of a submission (top-level beside the kind's own fields).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SubmitOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 9))]
     pub priority: Option<i64>,
     /// Fail with `deadline_exceeded` if not finished by this time (epoch ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<i64>,
     /// …or this long after it may start (submission, or `notBeforeMs`), ms. Not both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub timeout_ms: Option<i64>,
     /// Do not start before this time (epoch ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
     pub not_before_ms: Option<i64>,
 }
 

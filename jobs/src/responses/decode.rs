@@ -19,15 +19,18 @@ const DEFAULT_REFUSAL: &str = "(the model refused without a message)";
 
 /// Token accounting for one turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TokenUsage {
     pub input_tokens: u32,
     pub output_tokens: u32,
     /// Input tokens served from the provider's prompt cache, when reported.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub cached_tokens: Option<u32>,
     /// Output tokens spent on hidden reasoning, when reported.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub reasoning_tokens: Option<u32>,
 }
 

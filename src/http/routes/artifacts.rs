@@ -5,25 +5,28 @@
 //! an artifact made elsewhere (`uploads`, `uploads/chunk`, `uploads/finalize`).
 //! Every lookup is by the caller's tenant: another tenant's artifact is a 404.
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::body::AppendJson;
 use crate::http::error::{ApiJson, ApiResult, AppError};
 use crate::http::extract::{ApiQuery, IdPath, decode_list_cursor};
+use crate::http::openapi::errors::{BodyErrors, Conflict, NotFound, ParamErrors};
 use crate::store::artifacts::{self as store, ArtifactRow, uploads};
 use context_jobs::artifact::{
     ARTIFACT_UPLOAD_CHUNK_PATH, ARTIFACT_UPLOAD_FINALIZE_PATH, ARTIFACT_UPLOADS_PATH, ARTIFACTS_PATH,
     AppendUploadRequest, ArtifactInfo, ArtifactList, Decoder, FinalizeUploadRequest, Record, is_digest,
 };
+use context_jobs::contract::schema::Ulid;
 use context_jobs::contract::{
     CONTEXT_EXPORT_ARTIFACT_CHUNK_PATH, CONTEXT_EXPORT_ARTIFACT_PATH, ContextExportArtifact,
     ContextExportArtifactChunk, GetContextExportArtifactChunkRequest, GetContextExportArtifactRequest, ListCursor,
@@ -37,15 +40,18 @@ pub const MAX_CHUNK_LIMIT: usize = 4 * 1024 * 1024;
 /// The most bytes one upload append carries (decoded).
 pub const MAX_UPLOAD_PIECE: usize = 4 * 1024 * 1024;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route(CONTEXT_EXPORT_ARTIFACT_PATH, post(get_whole))
-        .route(CONTEXT_EXPORT_ARTIFACT_CHUNK_PATH, post(chunk))
-        .route(ARTIFACTS_PATH, get(list))
-        .route(&format!("{ARTIFACTS_PATH}/{{id}}"), get(info).delete(delete))
-        .route(ARTIFACT_UPLOADS_PATH, post(create_upload))
-        .route(ARTIFACT_UPLOAD_CHUNK_PATH, post(append_upload))
-        .route(ARTIFACT_UPLOAD_FINALIZE_PATH, post(finalize_upload))
+/// One artifact's metadata (`GET`) or its deletion (`DELETE`).
+pub const ARTIFACT_PATH: &str = "/internal/v1/context/export-artifacts/{id}";
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_whole))
+        .routes(routes!(chunk))
+        .routes(routes!(list))
+        .routes(routes!(info, delete))
+        .routes(routes!(create_upload))
+        .routes(routes!(append_upload))
+        .routes(routes!(finalize_upload))
 }
 
 async fn load(state: &AppState, caller: &Caller, id: &ArtifactId) -> ApiResult<ArtifactRow> {
@@ -63,6 +69,14 @@ async fn load_ready(state: &AppState, caller: &Caller, id: &ArtifactId) -> ApiRe
 }
 
 /// The whole artifact, decoded. Larger than the inline limit: 413 pointing to `chunk`.
+#[utoipa::path(
+    post,
+    path = CONTEXT_EXPORT_ARTIFACT_PATH,
+    operation_id = "getArtifact",
+    tag = "artifacts",
+    request_body = GetContextExportArtifactRequest,
+    responses((status = 200, description = "The artifact, decoded.", body = ContextExportArtifact), BodyErrors, NotFound, Conflict),
+)]
 async fn get_whole(
     State(state): State<AppState>,
     caller: Caller,
@@ -103,6 +117,15 @@ async fn get_whole(
     Ok(ApiJson(artifact))
 }
 
+/// Any byte range of a ready artifact, base64; `nextOffset` and `eof` say where to go on.
+#[utoipa::path(
+    post,
+    path = CONTEXT_EXPORT_ARTIFACT_CHUNK_PATH,
+    operation_id = "getArtifactChunk",
+    tag = "artifacts",
+    request_body = GetContextExportArtifactChunkRequest,
+    responses((status = 200, description = "Up to `limit` bytes from `offset` (at most 4 MiB), base64.", body = ContextExportArtifactChunk), BodyErrors, NotFound, Conflict),
+)]
 async fn chunk(
     State(state): State<AppState>,
     caller: Caller,
@@ -132,13 +155,25 @@ async fn chunk(
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// The `nextCursor` of the previous page.
     cursor: Option<String>,
+    /// Page size (default 50, at most 500).
     limit: Option<usize>,
 }
 
+/// The tenant's artifacts, newest first, cursor-paged.
+#[utoipa::path(
+    get,
+    path = ARTIFACTS_PATH,
+    operation_id = "listArtifacts",
+    tag = "artifacts",
+    params(ListQuery),
+    responses((status = 200, description = "One page, newest first.", body = ArtifactList), ParamErrors),
+)]
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -154,6 +189,15 @@ async fn list(
     Ok(ApiJson(ArtifactList { items: rows.iter().map(ArtifactRow::info).collect(), next_cursor }))
 }
 
+/// An artifact's metadata.
+#[utoipa::path(
+    get,
+    path = ARTIFACT_PATH,
+    operation_id = "artifactInfo",
+    tag = "artifacts",
+    params(("id" = Ulid, Path, description = "The artifact's id (a ULID).")),
+    responses((status = 200, description = "The artifact's metadata.", body = ArtifactInfo), ParamErrors, NotFound),
+)]
 async fn info(
     State(state): State<AppState>,
     caller: Caller,
@@ -162,6 +206,15 @@ async fn info(
     Ok(ApiJson(load(&state, &caller, &id).await?.info()))
 }
 
+/// Delete an artifact (an export still writing it fails at its next batch).
+#[utoipa::path(
+    delete,
+    path = ARTIFACT_PATH,
+    operation_id = "deleteArtifact",
+    tag = "artifacts",
+    params(("id" = Ulid, Path, description = "The artifact's id (a ULID).")),
+    responses((status = 204, description = "Deleted."), ParamErrors, NotFound),
+)]
 async fn delete(
     State(state): State<AppState>,
     caller: Caller,
@@ -171,10 +224,20 @@ async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+/// Nothing yet: `{}`.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateUpload {}
 
+/// Start an upload of an artifact made elsewhere (the body is `{}`).
+#[utoipa::path(
+    post,
+    path = ARTIFACT_UPLOADS_PATH,
+    operation_id = "createUpload",
+    tag = "artifacts",
+    request_body = CreateUpload,
+    responses((status = 201, description = "An empty artifact in state `uploading`.", body = ArtifactInfo), BodyErrors),
+)]
 async fn create_upload(
     State(state): State<AppState>,
     caller: Caller,
@@ -184,6 +247,15 @@ async fn create_upload(
     Ok((StatusCode::CREATED, ApiJson(row.info())).into_response())
 }
 
+/// Append bytes at `offset` (the bytes received so far; at most 4 MiB at once).
+#[utoipa::path(
+    post,
+    path = ARTIFACT_UPLOAD_CHUNK_PATH,
+    operation_id = "appendUpload",
+    tag = "artifacts",
+    request_body = AppendUploadRequest,
+    responses((status = 200, description = "The upload so far.", body = ArtifactInfo), BodyErrors, NotFound, Conflict),
+)]
 async fn append_upload(
     State(state): State<AppState>,
     caller: Caller,
@@ -206,6 +278,15 @@ async fn append_upload(
     Ok(ApiJson(row.info()))
 }
 
+/// Seal an upload: its bytes must hash to `digest`.
+#[utoipa::path(
+    post,
+    path = ARTIFACT_UPLOAD_FINALIZE_PATH,
+    operation_id = "finalizeUpload",
+    tag = "artifacts",
+    request_body = FinalizeUploadRequest,
+    responses((status = 200, description = "The artifact, now `ready`.", body = ArtifactInfo), BodyErrors, NotFound, Conflict),
+)]
 async fn finalize_upload(
     State(state): State<AppState>,
     caller: Caller,

@@ -3,16 +3,18 @@
 //! caller's own operations, or every tenant's for an admin), and pausing or resuming a
 //! kind for everyone or one tenant (`POST …/queues/{kind}/pause|resume`, admin only).
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::http::AppState;
 use crate::http::auth::{Caller, parse_tenant};
 use crate::http::body::OptionalJson;
 use crate::http::error::{ApiJson, ApiResult, AppError};
 use crate::http::extract::{ApiQuery, IdPath, PathId};
+use crate::http::openapi::errors::{Forbidden, ParamErrors};
 use crate::store::now_ms;
 use crate::store::operations::controls::{self, KindFigures};
 use crate::store::operations::transitions;
@@ -20,12 +22,11 @@ use crate::store::operations::transitions::OWNER_SILENCE_MS;
 use context_jobs::contract::ContextOperationKind;
 
 pub const QUEUES_PATH: &str = "/internal/v1/context/queues";
+pub const QUEUE_PAUSE_PATH: &str = "/internal/v1/context/queues/{kind}/pause";
+pub const QUEUE_RESUME_PATH: &str = "/internal/v1/context/queues/{kind}/resume";
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route(QUEUES_PATH, get(status))
-        .route(&format!("{QUEUES_PATH}/{{kind}}/pause"), post(pause))
-        .route(&format!("{QUEUES_PATH}/{{kind}}/resume"), post(resume))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(status)).routes(routes!(pause)).routes(routes!(resume))
 }
 
 impl PathId for ContextOperationKind {
@@ -37,9 +38,11 @@ impl PathId for ContextOperationKind {
 }
 
 /// p50 and p95 of ascending samples (milliseconds).
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Percentiles {
+    #[schema(required = true)]
     p50: Option<i64>,
+    #[schema(required = true)]
     p95: Option<i64>,
 }
 
@@ -48,7 +51,7 @@ fn percentiles(sorted: &[i64]) -> Percentiles {
     Percentiles { p50: at(0.50), p95: at(0.95) }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct KindStatus {
     kind: ContextOperationKind,
@@ -64,18 +67,21 @@ struct KindStatus {
     retries_last_hour: u64,
     recoveries_last_hour: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     oldest_queued_age_ms: Option<i64>,
     queue_wait_ms: Percentiles,
     run_ms: Percentiles,
     /// Operations finished per minute over the last hour, oldest first.
     finished_per_minute: Vec<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     max_running: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     max_running_per_tenant: Option<u64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct Worker {
     holder: String,
@@ -83,24 +89,37 @@ struct Worker {
     seen_at_ms: i64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct QueuesStatus {
     /// `tenant`: the caller's operations; `all`: every tenant's (admins).
+    #[schema(value_type = String)]
     scope: &'static str,
     kinds: Vec<KindStatus>,
     /// Live worker processes (admins).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     workers: Option<Vec<Worker>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct StatusQuery {
     /// An admin may narrow the figures to one tenant.
     tenant: Option<String>,
 }
 
+/// Per kind: queued, running, the last hour's outcomes, waits, run times, throughput,
+/// pauses and limits — over the caller's operations, or every tenant's for an admin.
+#[utoipa::path(
+    get,
+    path = QUEUES_PATH,
+    operation_id = "queueStatus",
+    tag = "queues",
+    params(StatusQuery),
+    responses((status = 200, description = "Figures per kind.", body = QueuesStatus), ParamErrors, Forbidden),
+)]
 async fn status(
     State(state): State<AppState>,
     caller: Caller,
@@ -154,7 +173,7 @@ async fn status(
     Ok(ApiJson(QueuesStatus { scope: if tenant.is_some() { "tenant" } else { "all" }, kinds, workers }))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct PauseRequest {
     /// Pause for this tenant only (`tenantId/projectId`); absent: for everyone.
@@ -162,11 +181,12 @@ struct PauseRequest {
     tenant: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct PauseResponse {
     kind: ContextOperationKind,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     tenant: Option<String>,
     paused: bool,
     /// Queued operations whose phase changed.
@@ -196,6 +216,17 @@ async fn set_paused(
     Ok(ApiJson(PauseResponse { kind, tenant: body.tenant, paused, marked }))
 }
 
+/// Pause a kind for everyone, or for one tenant (admins): its queued work waits with phase `paused`.
+#[utoipa::path(
+    post,
+    path = QUEUE_PAUSE_PATH,
+    operation_id = "pauseQueue",
+    tag = "queues",
+    security(("adminToken" = []), ("gatewayJwt" = [])),
+    params(("kind" = ContextOperationKind, Path, description = "The operation kind.")),
+    request_body(content = Option<PauseRequest>, description = "Optional: `{\"tenant\": \"tenantId/projectId\"}`."),
+    responses((status = 200, description = "The pause as it now is.", body = PauseResponse), ParamErrors, Forbidden),
+)]
 async fn pause(
     State(state): State<AppState>,
     caller: Caller,
@@ -205,6 +236,17 @@ async fn pause(
     set_paused(&state, &caller, kind, body, true).await
 }
 
+/// Resume a paused kind, for everyone or for one tenant (admins).
+#[utoipa::path(
+    post,
+    path = QUEUE_RESUME_PATH,
+    operation_id = "resumeQueue",
+    tag = "queues",
+    security(("adminToken" = []), ("gatewayJwt" = [])),
+    params(("kind" = ContextOperationKind, Path, description = "The operation kind.")),
+    request_body(content = Option<PauseRequest>, description = "Optional: `{\"tenant\": \"tenantId/projectId\"}`."),
+    responses((status = 200, description = "The pause as it now is.", body = PauseResponse), ParamErrors, Forbidden),
+)]
 async fn resume(
     State(state): State<AppState>,
     caller: Caller,

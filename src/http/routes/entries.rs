@@ -2,16 +2,19 @@
 //! history of every version (`GET …/entries/{id}/history`, beyond the contract). Each
 //! write is one optimistic-concurrency transaction (`store::entry_writes`).
 
-use axum::Router;
 use axum::extract::State;
-use axum::routing::{get, post};
 use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiJson, ApiResult, AppError};
 use crate::http::extract::{EntryId, IdPath};
+use crate::http::openapi::errors::{BodyErrors, Conflict, NotFound, ParamErrors};
 use crate::store::entries::{reads, writes as entry_writes};
+use context_jobs::contract::schema::ResourceId;
 use context_jobs::contract::{
     CONTEXT_CORRECT_PATH, CONTEXT_EXPIRE_PATH, CONTEXT_INSIGHT_GET_PATH, CONTEXT_INSIGHTS_PATH, CONTEXT_MERGE_PATH,
     ContextInsight, ContextInsightStatus, CorrectContextInsightRequest, ExpireContextInsightRequest,
@@ -23,14 +26,14 @@ use context_jobs::entries::{
 
 pub const ENTRY_HISTORY_PATH: &str = "/internal/v1/context/entries/{id}/history";
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route(CONTEXT_INSIGHTS_PATH, post(put))
-        .route(CONTEXT_INSIGHT_GET_PATH, post(get_one))
-        .route(CONTEXT_CORRECT_PATH, post(correct))
-        .route(CONTEXT_EXPIRE_PATH, post(expire))
-        .route(CONTEXT_MERGE_PATH, post(merge))
-        .route(ENTRY_HISTORY_PATH, get(history))
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(put))
+        .routes(routes!(get_one))
+        .routes(routes!(correct))
+        .routes(routes!(expire))
+        .routes(routes!(merge))
+        .routes(routes!(history))
 }
 
 pub fn rule_error(e: EntryRuleError) -> AppError {
@@ -40,6 +43,16 @@ pub fn rule_error(e: EntryRuleError) -> AppError {
     }
 }
 
+/// Create an entry (`expectedVersion` 0: it must not exist), or replace it at its current
+/// `expectedVersion` (404 if there is no such entry).
+#[utoipa::path(
+    post,
+    path = CONTEXT_INSIGHTS_PATH,
+    operation_id = "putEntry",
+    tag = "entries",
+    request_body = PutContextInsightRequest,
+    responses((status = 200, description = "The entry as stored.", body = ContextInsight), BodyErrors, NotFound, Conflict),
+)]
 async fn put(
     State(state): State<AppState>,
     caller: Caller,
@@ -49,6 +62,15 @@ async fn put(
     Ok(ApiJson(entry_writes::put(&state.db, &caller.tenant, &request.entry, request.expected_version).await?))
 }
 
+/// An entry by id.
+#[utoipa::path(
+    post,
+    path = CONTEXT_INSIGHT_GET_PATH,
+    operation_id = "getEntry",
+    tag = "entries",
+    request_body = GetContextInsightRequest,
+    responses((status = 200, description = "The entry.", body = ContextInsight), BodyErrors, NotFound),
+)]
 async fn get_one(
     State(state): State<AppState>,
     caller: Caller,
@@ -68,6 +90,15 @@ fn require_version(expected_version: u64) -> ApiResult<()> {
     Ok(())
 }
 
+/// Correct an active entry's content at `expectedVersion`.
+#[utoipa::path(
+    post,
+    path = CONTEXT_CORRECT_PATH,
+    operation_id = "correctEntry",
+    tag = "entries",
+    request_body = CorrectContextInsightRequest,
+    responses((status = 200, description = "The new version.", body = ContextInsight), BodyErrors, NotFound, Conflict),
+)]
 async fn correct(
     State(state): State<AppState>,
     caller: Caller,
@@ -83,6 +114,15 @@ async fn correct(
     Ok(ApiJson(stored))
 }
 
+/// Expire an active entry at `expectedVersion`.
+#[utoipa::path(
+    post,
+    path = CONTEXT_EXPIRE_PATH,
+    operation_id = "expireEntry",
+    tag = "entries",
+    request_body = ExpireContextInsightRequest,
+    responses((status = 200, description = "The expired version.", body = ContextInsight), BodyErrors, NotFound, Conflict),
+)]
 async fn expire(
     State(state): State<AppState>,
     caller: Caller,
@@ -94,6 +134,15 @@ async fn expire(
     Ok(ApiJson(entry_writes::expire(&state.db, &caller.tenant, &r.entry_id, r.expected_version, &r.reason).await?))
 }
 
+/// Merge active entries into a new one; the sources become `merged`.
+#[utoipa::path(
+    post,
+    path = CONTEXT_MERGE_PATH,
+    operation_id = "mergeEntries",
+    tag = "entries",
+    request_body = MergeContextInsightsRequest,
+    responses((status = 200, description = "The merged entry.", body = ContextInsight), BodyErrors, NotFound, Conflict),
+)]
 async fn merge(
     State(state): State<AppState>,
     caller: Caller,
@@ -122,23 +171,34 @@ async fn merge(
     Ok(ApiJson(merged))
 }
 
-#[derive(Serialize)]
+/// One version of an entry, and the change that made it.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct HistoryItem {
     version: u64,
     change: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     reason: Option<String>,
     entry: ContextInsight,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct HistoryResponse {
     items: Vec<HistoryItem>,
 }
 
 /// Every version, oldest first. A version replaced by a correction is reported with status
 /// `corrected` (its snapshot was `active` when written; the successor says why it ended).
+/// Every version, oldest first. A version replaced by a correction is reported with status `corrected` (its snapshot was `active` when written; the successor says why it ended).
+#[utoipa::path(
+    get,
+    path = ENTRY_HISTORY_PATH,
+    operation_id = "entryHistory",
+    tag = "entries",
+    params(("id" = ResourceId, Path, description = "The entry's id.")),
+    responses((status = 200, description = "Every version, oldest first.", body = HistoryResponse), ParamErrors, NotFound),
+)]
 async fn history(
     State(state): State<AppState>,
     caller: Caller,

@@ -15,14 +15,15 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use futures::{Stream, StreamExt as _};
 use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::listing::{parse_kind, parse_state};
 use crate::events::{self, Event, StreamCtx, StreamPermit};
@@ -30,32 +31,61 @@ use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiResult, AppError};
 use crate::http::extract::{ApiQuery, IdPath};
+use crate::http::openapi::errors::{Forbidden, NotFound, ParamErrors};
 use crate::store::now_ms;
 use crate::store::operations::changes::{self, ChangeFilter};
 use context_jobs::contract::CONTEXT_OPERATIONS_PATH;
+use context_jobs::contract::schema::Ulid;
 use context_jobs::ids::OperationId;
 use context_jobs::operation::change_position::ChangePosition;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route(&format!("{CONTEXT_OPERATIONS_PATH}/events"), get(list_events))
-        .route(&format!("{CONTEXT_OPERATIONS_PATH}/{{id}}/events"), get(operation_events))
+/// The stream of the caller's operations, and of one operation.
+pub const OPERATIONS_EVENTS_PATH: &str = "/internal/v1/context/operations/events";
+pub const OPERATION_EVENTS_PATH: &str = "/internal/v1/context/operations/{id}/events";
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_events)).routes(routes!(operation_events))
 }
 
 const LAST_EVENT_ID: &str = "last-event-id";
 
-#[derive(Deserialize)]
+/// One event of a stream as an SSE client reads it (the document's schema of
+/// `text/event-stream`; the events themselves are written by [`sse`]).
+#[derive(ToSchema)]
+#[allow(dead_code)] // documentation only
+struct StreamEvent {
+    /// The operation's version (one operation's stream) or an opaque position (the stream of
+    /// all operations): what `Last-Event-ID` resumes from.
+    id: Option<String>,
+    /// The event type: `message`.
+    event: Option<String>,
+    /// The operation's JSON, exactly as `GET …/operations/{id}` answers it (an
+    /// `OperationView`); absent from a position-only event.
+    #[schema(content_media_type = "application/json")]
+    data: Option<String>,
+}
+
+#[derive(Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct OperationEventsQuery {
+    /// A version the client has (when it cannot send `Last-Event-ID`).
     last_event_id: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListEventsQuery {
+    /// Only this kind.
+    #[param(value_type = Option<context_jobs::contract::ContextOperationKind>)]
     kind: Option<String>,
+    /// Only operations entering this state.
+    #[param(value_type = Option<context_jobs::contract::ContextOperationState>)]
     state: Option<String>,
+    /// Another tenant's operations (`tenantId/projectId`), or every tenant's (`*`): admins only.
     tenant: Option<String>,
+    /// A position the client had (when it cannot send `Last-Event-ID`).
     last_event_id: Option<String>,
 }
 
@@ -90,6 +120,27 @@ fn open(state: &AppState, stream: &'static str) -> ApiResult<StreamPermit> {
     })
 }
 
+/// One operation's changes as Server-Sent Events: `data:` the operation's JSON exactly as
+/// `GET …/operations/{id}` answers it (an `OperationView`), `id:` its version; the stream
+/// ends after the terminal state; `: heartbeat` comments while idle.
+#[utoipa::path(
+    get,
+    path = OPERATION_EVENTS_PATH,
+    operation_id = "operationEvents",
+    tag = "operations",
+    params(
+        ("id" = Ulid, Path, description = "The operation's id (a ULID)."),
+        ("Last-Event-ID" = Option<String>, Header, description = "A version the client has: only newer ones come."),
+        OperationEventsQuery,
+    ),
+    responses(
+        (status = 200, description = "The event stream (`data:` an `OperationView`, `id:` its version).",
+         content_type = "text/event-stream", body = StreamEvent),
+        (status = 204, description = "The client already has the terminal version: nothing more will come."),
+        ParamErrors,
+        NotFound,
+    ),
+)]
 async fn operation_events(
     State(state): State<AppState>,
     caller: Caller,
@@ -114,6 +165,25 @@ async fn operation_events(
     Ok(sse(&state, stream, events))
 }
 
+/// Changes to the caller's operations as Server-Sent Events, in commit order across
+/// processes: `data:` the operation's JSON (an `OperationView`), `id:` an opaque position;
+/// without `Last-Event-ID` the stream starts now and first sends its position alone.
+#[utoipa::path(
+    get,
+    path = OPERATIONS_EVENTS_PATH,
+    operation_id = "operationsEvents",
+    tag = "operations",
+    params(
+        ("Last-Event-ID" = Option<String>, Header, description = "A position the client had: resume after it."),
+        ListEventsQuery,
+    ),
+    responses(
+        (status = 200, description = "The event stream (`data:` an `OperationView`, `id:` a position).",
+         content_type = "text/event-stream", body = StreamEvent),
+        ParamErrors,
+        Forbidden,
+    ),
+)]
 async fn list_events(
     State(state): State<AppState>,
     caller: Caller,

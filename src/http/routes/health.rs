@@ -5,39 +5,101 @@
 
 use std::time::Duration;
 
-use axum::Json;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::ApiJson;
-use context_jobs::contract::{HEALTH_PATH, SERVICE_NAME};
+use context_jobs::contract::{ApiError, HEALTH_PATH, SERVICE_NAME};
 
 /// The readiness view.
 pub const READY_PATH: &str = "/health/ready";
 /// How long readiness waits for each dependency: the whole check answers within it.
 pub const READY_TIMEOUT: Duration = Duration::from_millis(700);
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route(HEALTH_PATH, get(health)).route(READY_PATH, get(ready))
+/// Where Prometheus scrapes (not part of the API document: `super::non_api`).
+pub const METRICS_PATH: &str = "/metrics";
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(health)).routes(routes!(ready))
 }
 
 pub fn authed_metrics_routes() -> Router<AppState> {
-    Router::new().route("/metrics", get(authed_metrics))
+    Router::new().route(METRICS_PATH, get(authed_metrics))
 }
 
 pub fn public_metrics_routes() -> Router<AppState> {
-    routes().route("/metrics", get(metrics))
+    let (health, _) = routes().split_for_parts();
+    health.route(METRICS_PATH, get(metrics))
 }
 
-async fn health() -> impl IntoResponse {
-    ApiJson(json!({"status": "ok", "service": SERVICE_NAME, "version": env!("CARGO_PKG_VERSION")}))
+/// Liveness.
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    /// Always `ok`.
+    #[schema(value_type = String, examples("ok"))]
+    status: &'static str,
+    #[schema(value_type = String)]
+    service: &'static str,
+    /// The service's version.
+    #[schema(value_type = String)]
+    version: &'static str,
+}
+
+/// Each dependency: `ok`, or why it is not ready (never driver text: it is public).
+#[derive(Serialize, ToSchema)]
+pub struct Checks {
+    database: String,
+    queue: String,
+}
+
+/// Ready: every dependency answers.
+#[derive(Serialize, ToSchema)]
+pub struct Readiness {
+    /// Always `ready`.
+    #[schema(value_type = String, examples("ready"))]
+    status: &'static str,
+    #[schema(value_type = String)]
+    service: &'static str,
+    /// Empty when ready.
+    #[schema(value_type = Vec<String>)]
+    down: Vec<&'static str>,
+    checks: Checks,
+}
+
+/// Not ready: an `ApiError` (503) that also names the dependencies that are down.
+#[derive(Serialize, ToSchema)]
+pub struct NotReady {
+    #[serde(flatten)]
+    error: ApiError,
+    #[schema(value_type = String)]
+    service: &'static str,
+    /// `database`, `queue`.
+    #[schema(value_type = Vec<String>)]
+    down: Vec<&'static str>,
+    checks: Checks,
+}
+
+/// Liveness: the process answers (no I/O).
+#[utoipa::path(
+    get,
+    path = HEALTH_PATH,
+    operation_id = "health",
+    tag = "health",
+    security(()),
+    responses((status = 200, description = "The process is alive.", body = Health)),
+)]
+async fn health() -> ApiJson<Health> {
+    ApiJson(Health { status: "ok", service: SERVICE_NAME, version: env!("CARGO_PKG_VERSION") })
 }
 
 /// `"ok"`, or why the dependency is not ready (never driver text: it is public).
@@ -52,25 +114,37 @@ fn check(result: Result<anyhow::Result<()>, tokio::time::error::Elapsed>, what: 
     }
 }
 
+/// Readiness: the database and the queue each answer within 700 ms.
+#[utoipa::path(
+    get,
+    path = READY_PATH,
+    operation_id = "ready",
+    tag = "health",
+    security(()),
+    responses(
+        (status = 200, description = "Ready.", body = Readiness),
+        (status = 503, description = "Not ready: the body names what is down.", body = NotReady,
+         headers(("Retry-After" = u64, description = "Seconds to wait before asking again."))),
+    ),
+)]
 async fn ready(State(state): State<AppState>) -> impl IntoResponse {
     let db = tokio::time::timeout(READY_TIMEOUT, async { Ok(crate::store::ping(&state.db).await?) });
     let queue = tokio::time::timeout(READY_TIMEOUT, state.queue.ping());
     let (db, queue) = tokio::join!(db, queue);
-    let checks = [("database", check(db, "database")), ("queue", check(queue, "queue"))];
-    let ready = checks.iter().all(|(_, c)| c.is_ok());
-    let mut body = serde_json::Map::new();
-    for (name, result) in &checks {
-        body.insert((*name).into(), json!(result.as_ref().err().map_or("ok", String::as_str)));
+    let (db, queue) = (check(db, "database"), check(queue, "queue"));
+    let down: Vec<&'static str> =
+        [("database", &db), ("queue", &queue)].into_iter().filter(|(_, c)| c.is_err()).map(|(n, _)| n).collect();
+    let word = |c: Result<(), String>| c.err().unwrap_or_else(|| "ok".into());
+    let checks = Checks { database: word(db), queue: word(queue) };
+    if down.is_empty() {
+        return ApiJson(Readiness { status: "ready", service: SERVICE_NAME, down, checks }).into_response();
     }
-    let down: Vec<&str> = checks.iter().filter(|(_, c)| c.is_err()).map(|(n, _)| *n).collect();
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    let body = json!({
-        "status": if ready { "ready" } else { "unavailable" },
-        "service": SERVICE_NAME,
-        "down": down,
-        "checks": body,
-    });
-    (status, Json(body))
+    let status = StatusCode::SERVICE_UNAVAILABLE;
+    let message = format!("not ready: {} unavailable", down.join(" and "));
+    let error = ApiError { status: status.as_u16(), message };
+    let mut response = (status, ApiJson(NotReady { error, service: SERVICE_NAME, down, checks })).into_response();
+    response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(1u64));
+    response
 }
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {

@@ -3,16 +3,17 @@
 //! bulk actions over a filter (`POST …/operations/bulk`: cancel, retry or forget every
 //! match; a filter is required, and each call says how many it matched and changed).
 
-use axum::Router;
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiJson, ApiResult, AppError};
 use crate::http::extract::{ApiQuery, decode_list_cursor};
+use crate::http::openapi::errors::{BodyErrors, Forbidden, ParamErrors};
 use crate::store::now_ms;
 use crate::store::operations::transitions::{self, BulkAction, BulkFilter};
 use crate::store::operations::{self as ops, ListFilter};
@@ -22,8 +23,10 @@ use context_jobs::contract::{
 use context_jobs::ids::OperationId;
 use context_jobs::operation::view::OperationList;
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route(&format!("{CONTEXT_OPERATIONS_PATH}/bulk"), post(bulk))
+pub const BULK_PATH: &str = "/internal/v1/context/operations/bulk";
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list)).routes(routes!(bulk))
 }
 
 fn truncate(s: &str) -> String {
@@ -47,25 +50,45 @@ fn id_prefix(q: &str) -> ApiResult<String> {
     Ok(prefix)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only this kind.
+    #[param(value_type = Option<ContextOperationKind>)]
     kind: Option<String>,
+    /// Only this state.
+    #[param(value_type = Option<ContextOperationState>)]
     state: Option<String>,
+    /// The `nextCursor` of the previous page.
     cursor: Option<String>,
+    /// Page size (default 50, at most 500).
     limit: Option<usize>,
+    /// Another tenant's operations (`tenantId/projectId`), or every tenant's (`*`): admins only.
     tenant: Option<String>,
+    /// Created at or after this time (epoch ms).
     created_after_ms: Option<i64>,
+    /// Created before this time (epoch ms).
     created_before_ms: Option<i64>,
     /// The start of an operation id.
     q: Option<String>,
 }
 
+/// The caller's operations, newest first, filtered and cursor-paged (an admin may list
+/// another tenant's or every tenant's).
+#[utoipa::path(
+    get,
+    path = CONTEXT_OPERATIONS_PATH,
+    operation_id = "listOperations",
+    tag = "operations",
+    params(ListQuery),
+    responses((status = 200, description = "One page.", body = OperationList), ParamErrors, Forbidden),
+)]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     ApiQuery(q): ApiQuery<ListQuery>,
-) -> ApiResult<Response> {
+) -> ApiResult<ApiJson<OperationList>> {
     let tenant = caller.scope(q.tenant.as_deref())?;
     let kind = q.kind.as_deref().map(parse_kind).transpose()?;
     let op_state = q.state.as_deref().map(parse_state).transpose()?;
@@ -87,53 +110,59 @@ pub async fn list(
     rows.truncate(limit);
     let next = more.then(|| rows.last().map(|r| ListCursor::encode(r.created_at_ms, r.id.as_str()))).flatten();
     let now = now_ms();
-    Ok(ApiJson(OperationList { items: rows.iter().map(|r| r.to_view(now)).collect(), next_cursor: next })
-        .into_response())
+    Ok(ApiJson(OperationList { items: rows.iter().map(|r| r.to_view(now)).collect(), next_cursor: next }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct BulkRequest {
-    /// `cancel`, `retry` or `forget`.
-    action: String,
+    action: BulkAction,
     filter: BulkFilterBody,
     /// Count what would change, change nothing.
     #[serde(default)]
     dry_run: bool,
 }
 
-#[derive(Deserialize, Default)]
+/// Which operations: at least one part is required; every part given must hold.
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct BulkFilterBody {
+    #[schema(value_type = Option<ContextOperationKind>)]
     kind: Option<String>,
+    #[schema(value_type = Option<ContextOperationState>)]
     state: Option<String>,
+    /// Another tenant (`tenantId/projectId`) or every tenant (`*`): admins only.
     tenant: Option<String>,
     created_after_ms: Option<i64>,
     created_before_ms: Option<i64>,
 }
 
-#[derive(Serialize)]
+/// What a bulk action did.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct BulkResponse {
-    action: String,
+    action: BulkAction,
     dry_run: bool,
     matched: u64,
     changed: u64,
 }
 
+/// Cancel, retry or forget every operation a filter matches (a filter is required;
+/// `dryRun` counts without changing anything).
+#[utoipa::path(
+    post,
+    path = BULK_PATH,
+    operation_id = "bulkOperations",
+    tag = "operations",
+    request_body = BulkRequest,
+    responses((status = 200, description = "Matched and changed counts.", body = BulkResponse), BodyErrors, Forbidden),
+)]
 async fn bulk(
     State(state): State<AppState>,
     caller: Caller,
     ApiJson(request): ApiJson<BulkRequest>,
 ) -> ApiResult<ApiJson<BulkResponse>> {
-    let action = match request.action.as_str() {
-        "cancel" => BulkAction::Cancel,
-        "retry" => BulkAction::Retry,
-        "forget" => BulkAction::Forget,
-        other => {
-            return Err(AppError::BadRequest(format!("unknown action {:?}: cancel, retry or forget", truncate(other))));
-        }
-    };
+    let action = request.action;
     let f = request.filter;
     if f.kind.is_none()
         && f.state.is_none()

@@ -1,15 +1,14 @@
 //! The contract's message endpoints: append, recent, page, search, conversations:list.
 
-use axum::Router;
-use axum::extract::DefaultBodyLimit;
-
-use crate::http::body::AppendJson;
-use axum::extract::State;
-use axum::routing::post;
+use axum::extract::{DefaultBodyLimit, State};
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt as _};
+use utoipa_axum::routes;
 
 use crate::http::AppState;
 use crate::http::auth::Caller;
+use crate::http::body::AppendJson;
 use crate::http::error::{ApiJson, ApiResult, AppError};
+use crate::http::openapi::errors::{BodyErrors, Conflict};
 use crate::metrics::{MESSAGES_APPENDED, MESSAGES_SKIPPED};
 use crate::store::messages as store;
 use context_jobs::contract::{
@@ -19,16 +18,30 @@ use context_jobs::contract::{
     validate_append, validate_resource_id, validate_roles, validate_scope, validate_search_query,
 };
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         // The append route enforces its own limit and drains oversized bodies.
-        .route(MESSAGES_APPEND_PATH, post(append).layer(DefaultBodyLimit::disable()))
-        .route(MESSAGES_RECENT_PATH, post(recent))
-        .route(MESSAGES_PAGE_PATH, post(page))
-        .route(MESSAGES_SEARCH_PATH, post(search))
-        .route(CONVERSATIONS_LIST_PATH, post(list_conversations))
+        .routes(routes!(append).layer(DefaultBodyLimit::disable()))
+        .routes(routes!(recent))
+        .routes(routes!(page))
+        .routes(routes!(search))
+        .routes(routes!(list_conversations))
 }
 
+/// Append a batch atomically and idempotently by message id (a retried batch reports
+/// `skipped`); each message gets the conversation's next `sequence`.
+#[utoipa::path(
+    post,
+    path = MESSAGES_APPEND_PATH,
+    operation_id = "appendMessages",
+    tag = "messages",
+    request_body = AppendMessagesRequest,
+    responses(
+        (status = 200, description = "Appended (and skipped: ids already stored).", body = AppendResponse),
+        BodyErrors,
+        Conflict,
+    ),
+)]
 async fn append(
     State(state): State<AppState>,
     caller: Caller,
@@ -41,6 +54,15 @@ async fn append(
     Ok(ApiJson(response))
 }
 
+/// The newest messages of a conversation, oldest first.
+#[utoipa::path(
+    post,
+    path = MESSAGES_RECENT_PATH,
+    operation_id = "recentMessages",
+    tag = "messages",
+    request_body = RecentMessagesRequest,
+    responses((status = 200, description = "Messages, oldest first.", body = MessagesResponse), BodyErrors),
+)]
 async fn recent(
     State(state): State<AppState>,
     caller: Caller,
@@ -53,6 +75,15 @@ async fn recent(
     Ok(ApiJson(MessagesResponse { items }))
 }
 
+/// A conversation's messages page by page, oldest first.
+#[utoipa::path(
+    post,
+    path = MESSAGES_PAGE_PATH,
+    operation_id = "pageMessages",
+    tag = "messages",
+    request_body = PageMessagesRequest,
+    responses((status = 200, description = "One page and the cursor of the next.", body = MessagePage), BodyErrors),
+)]
 async fn page(
     State(state): State<AppState>,
     caller: Caller,
@@ -68,6 +99,15 @@ async fn page(
     Ok(ApiJson(MessagePage { items, next_cursor: next.map(|c| c.encode()) }))
 }
 
+/// Substring search over a conversation's message text.
+#[utoipa::path(
+    post,
+    path = MESSAGES_SEARCH_PATH,
+    operation_id = "searchMessages",
+    tag = "messages",
+    request_body = SearchMessagesRequest,
+    responses((status = 200, description = "Matching messages.", body = MessagesResponse), BodyErrors),
+)]
 async fn search(
     State(state): State<AppState>,
     caller: Caller,
@@ -93,6 +133,15 @@ async fn search(
     Ok(ApiJson(MessagesResponse { items }))
 }
 
+/// An agent's conversations, most recently updated first.
+#[utoipa::path(
+    post,
+    path = CONVERSATIONS_LIST_PATH,
+    operation_id = "listConversations",
+    tag = "messages",
+    request_body = ListConversationsRequest,
+    responses((status = 200, description = "Conversations.", body = ConversationsResponse), BodyErrors),
+)]
 async fn list_conversations(
     State(state): State<AppState>,
     caller: Caller,

@@ -1,4 +1,10 @@
-//! HTTP handlers, one file per resource. Paths are the contract's constants.
+//! HTTP handlers, one file per resource. Paths are the contract's constants (and this
+//! service's own beside them).
+//!
+//! Every API route is registered in [`api`] through utoipa-axum's `routes!`, which takes
+//! the path and the methods from the handler's `#[utoipa::path]` annotation: the router and
+//! the OpenAPI document (`crate::http::openapi`) come from this one list. Routes that are
+//! not API are in [`non_api`], the one list of exclusions.
 
 pub mod artifacts;
 pub mod controls;
@@ -7,21 +13,29 @@ pub mod events;
 pub mod health;
 pub mod inference;
 pub mod listing;
+pub mod long_poll;
 pub mod messages;
+pub mod non_api;
 pub mod operations;
 pub mod recall;
+pub mod submissions;
 pub mod submit;
 pub mod transfers;
 
-use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::http::AppState;
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
+/// Every API route, with its documentation.
+pub fn api() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(crate::http::openapi::openapi_json))
         .merge(health::routes())
         .merge(messages::routes())
+        .merge(submissions::routes())
         .merge(operations::routes())
+        .merge(long_poll::routes())
         .merge(events::routes())
         .merge(listing::routes())
         .merge(controls::routes())

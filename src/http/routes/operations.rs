@@ -1,56 +1,48 @@
-//! The operations resource. Contract paths: `conversations/delete`, `conversations/retention`,
-//! `operations` (POST `{operationId}`), `advanced-operations`, `maintenance/status` — these
-//! answer in the contract's vocabulary (`context_jobs::operation::contract_form`). Beside them, REST-style
-//! extras returning the same JSON: `GET operations/{id}` (ETag, 304, Retry-After),
-//! `GET operations/{id}/wait` (long poll), `GET operations` (cursor-paged list),
-//! `POST operations/{id}/cancel`, `DELETE operations/{id}` (forget), and
-//! `POST advanced-operations` (generic submission by kind).
+//! The operation resource. Contract paths: `operations` (POST `{operationId}`) and
+//! `maintenance/status`, answered in the contract's vocabulary
+//! (`context_jobs::operation::contract_form`); submissions are in `super::submissions` and
+//! beside each kind's own endpoint. REST-style extras returning the same JSON in the full
+//! vocabulary: `GET operations/{id}` (ETag, 304, Retry-After), `POST operations/{id}/cancel`,
+//! `POST operations/{id}/retry`, and `DELETE operations/{id}` (forget). The long poll is
+//! `super::long_poll`, the listing and bulk actions `super::listing`.
 
-use std::time::Duration;
-
-use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::submit::{idempotency_key, submit_ctx, submit_kind, submit_prepared, submitted_response};
+use super::submit::submitted_response;
 use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::body::OptionalJson;
 use crate::http::error::{ApiJson, ApiResult, AppError};
-use crate::http::extract::{ApiQuery, IdPath};
+use crate::http::extract::IdPath;
+use crate::http::openapi::errors::{AuthErrors, BodyErrors, Conflict, NotFound, ParamErrors};
+use crate::http::openapi::schemas::ContractOperationView;
 use crate::store::operations::{self as ops, OperationRow, SubmitEffect, dispatch, transitions};
 use crate::store::{maintenance, now_ms};
+use context_jobs::contract::schema::Ulid;
 use context_jobs::contract::{
-    CONTEXT_ADVANCED_OPERATIONS_PATH, CONTEXT_OPERATIONS_PATH, CONVERSATION_DELETE_PATH, ContextMaintenanceStatus,
-    ContextOperationKind, GetContextOperationRequest, MAINTENANCE_STATUS_PATH, RETENTION_PATH,
+    CONTEXT_OPERATIONS_PATH, ContextMaintenanceStatus, GetContextOperationRequest, MAINTENANCE_STATUS_PATH,
 };
 use context_jobs::ids::OperationId;
-use context_jobs::kinds::delete::Delete;
-use context_jobs::kinds::retention::Retention;
-use context_jobs::operation::contract_form::{contract_form, deletion_form};
+use context_jobs::operation::contract_form::contract_form;
 use context_jobs::operation::view::OperationView;
-use context_jobs::operation::{SubmitOptions, Transition, etag, retry_after_secs, validate_idempotency_key};
+use context_jobs::operation::{SubmitOptions, Transition, etag, retry_after_secs};
 
-const MAX_WAIT_MS: u64 = 30_000;
+/// One operation (REST form), and what can be done to it.
+pub const OPERATION_PATH: &str = "/internal/v1/context/operations/{id}";
+pub const OPERATION_CANCEL_PATH: &str = "/internal/v1/context/operations/{id}/cancel";
+pub const OPERATION_RETRY_PATH: &str = "/internal/v1/context/operations/{id}/retry";
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route(CONVERSATION_DELETE_PATH, post(delete_conversation))
-        .route(RETENTION_PATH, post(retention))
-        .route(CONTEXT_OPERATIONS_PATH, post(get_by_body).get(super::listing::list))
-        .route(&format!("{CONTEXT_OPERATIONS_PATH}/{{id}}"), get(get_one).delete(forget))
-        .route(&format!("{CONTEXT_OPERATIONS_PATH}/{{id}}/wait"), get(wait))
-        .route(&format!("{CONTEXT_OPERATIONS_PATH}/{{id}}/cancel"), post(cancel))
-        .route(&format!("{CONTEXT_OPERATIONS_PATH}/{{id}}/retry"), post(retry))
-        .route(CONTEXT_ADVANCED_OPERATIONS_PATH, post(advanced))
-        .route(MAINTENANCE_STATUS_PATH, get(maintenance).post(maintenance))
-}
-
-fn truncate(s: &str) -> String {
-    s.chars().take(64).collect()
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_by_body))
+        .routes(routes!(get_one, forget))
+        .routes(routes!(cancel))
+        .routes(routes!(retry))
+        .routes(routes!(maintenance_get, maintenance_post))
 }
 
 pub async fn load(state: &AppState, caller: &Caller, id: &OperationId) -> ApiResult<OperationRow> {
@@ -74,11 +66,6 @@ pub fn contract_operation_response(status: StatusCode, op: &OperationRow) -> Res
     respond(status, op, view)
 }
 
-/// A contract path's answer for a conversation deletion (`delete`, `retention`).
-fn deletion_response(op: &OperationRow) -> Response {
-    submitted_response(op, ApiJson(deletion_form(op.to_contract(now_ms()))).into_response())
-}
-
 fn respond(status: StatusCode, op: &OperationRow, view: OperationView) -> Response {
     let mut response = (status, ApiJson(&view)).into_response();
     let headers = response.headers_mut();
@@ -91,68 +78,21 @@ fn respond(status: StatusCode, op: &OperationRow, view: OperationView) -> Respon
     response
 }
 
-async fn delete_conversation(
-    State(state): State<AppState>,
-    caller: Caller,
-    headers: HeaderMap,
-    ApiJson(request): ApiJson<serde_json::Value>,
-) -> ApiResult<Response> {
-    let op = submit_kind::<Delete>(&state, &caller, &headers, request).await?;
-    Ok(deletion_response(&op))
-}
-
-async fn retention(
-    State(state): State<AppState>,
-    caller: Caller,
-    headers: HeaderMap,
-    ApiJson(request): ApiJson<serde_json::Value>,
-) -> ApiResult<Response> {
-    let op = submit_kind::<Retention>(&state, &caller, &headers, request).await?;
-    Ok(deletion_response(&op))
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct AdvancedRequest {
-    kind: String,
-    request: serde_json::Value,
-    #[serde(default)]
-    idempotency_key: Option<String>,
-    #[serde(default)]
-    priority: Option<i64>,
-    #[serde(default)]
-    deadline_ms: Option<i64>,
-    #[serde(default)]
-    timeout_ms: Option<i64>,
-    #[serde(default)]
-    not_before_ms: Option<i64>,
-}
-
-/// Generic submission: `{kind, request, idempotencyKey?}` where `request` is the body the
-/// kind's own endpoint takes. Same validation, same result (the kinds' dispatch table).
-async fn advanced(
-    State(state): State<AppState>,
-    caller: Caller,
-    headers: HeaderMap,
-    ApiJson(body): ApiJson<AdvancedRequest>,
-) -> ApiResult<Response> {
-    let kind = ContextOperationKind::parse(&body.kind)
-        .ok_or_else(|| AppError::BadRequest(format!("unknown operation kind {:?}", truncate(&body.kind))))?;
-    let key = match body.idempotency_key {
-        Some(k) => Some(validate_idempotency_key(&k).map_err(AppError::BadRequest)?),
-        None => idempotency_key(&headers)?,
-    };
-    let prepared = (crate::kinds::entry_of(kind).prepare)(&submit_ctx(&state, &caller), body.request).await?;
-    let options = SubmitOptions {
-        priority: body.priority,
-        deadline_ms: body.deadline_ms,
-        timeout_ms: body.timeout_ms,
-        not_before_ms: body.not_before_ms,
-    };
-    let op = submit_prepared(&state, &caller, prepared, key, &options).await?;
-    Ok(submitted_response(&op, contract_operation_response(StatusCode::ACCEPTED, &op)))
-}
-
+/// An operation by id (the contract's form: its vocabulary).
+#[utoipa::path(
+    post,
+    path = CONTEXT_OPERATIONS_PATH,
+    operation_id = "getOperationByBody",
+    tag = "operations",
+    request_body = GetContextOperationRequest,
+    responses(
+        (status = 200, description = "The operation.", body = ContractOperationView,
+         headers(("ETag" = String, description = "`\"{id}.{version}\"`: changes with every change of the operation."),
+                 ("Retry-After" = u64, description = "Seconds before polling again, while it is not finished."))),
+        BodyErrors,
+        NotFound,
+    ),
+)]
 async fn get_by_body(
     State(state): State<AppState>,
     caller: Caller,
@@ -163,6 +103,26 @@ async fn get_by_body(
     Ok(contract_operation_response(StatusCode::OK, &op))
 }
 
+/// An operation by id, with `ETag`; `If-None-Match` with the current tag answers 304.
+#[utoipa::path(
+    get,
+    path = OPERATION_PATH,
+    operation_id = "getOperation",
+    tag = "operations",
+    params(
+        ("id" = Ulid, Path, description = "The operation's id (a ULID)."),
+        ("If-None-Match" = Option<String>, Header, description = "An `ETag` seen before: 304 while it is still current."),
+    ),
+    responses(
+        (status = 200, description = "The operation.", body = OperationView,
+         headers(("ETag" = String, description = "`\"{id}.{version}\"`: changes with every change of the operation."),
+                 ("Retry-After" = u64, description = "Seconds before polling again, while it is not finished."))),
+        (status = 304, description = "Unchanged since the `If-None-Match` tag.",
+         headers(("ETag" = String, description = "The current tag."))),
+        ParamErrors,
+        NotFound,
+    ),
+)]
 async fn get_one(
     State(state): State<AppState>,
     caller: Caller,
@@ -184,83 +144,22 @@ async fn get_one(
     Ok(operation_response(StatusCode::OK, &op))
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct WaitQuery {
-    /// Return as soon as the version differs from this (default: the current version).
-    since_version: Option<i64>,
-    timeout_ms: Option<u64>,
-}
-
-/// Long poll: answers as soon as the operation's version changes (or it is terminal),
-/// or after `timeoutMs` (capped at 30 s) with the unchanged operation.
-async fn wait(
-    State(state): State<AppState>,
-    caller: Caller,
-    IdPath(id): IdPath<OperationId>,
-    ApiQuery(query): ApiQuery<WaitQuery>,
-) -> ApiResult<Response> {
-    // Watching before the first read: a change committed after the read wakes us (from this
-    // process, or on PostgreSQL from any; anything else is seen by the periodic re-read).
-    let watch = state.changes.watch(&id);
-    let mut changed = watch.armed();
-    let deadline =
-        tokio::time::Instant::now() + Duration::from_millis(query.timeout_ms.unwrap_or(MAX_WAIT_MS).min(MAX_WAIT_MS));
-    let mut current = until_readable(deadline, || load(&state, &caller, &id)).await?;
-    let since = query.since_version.unwrap_or(current.version);
-    while current.version == since && !current.state.is_terminal() {
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            break;
-        }
-        let notified = tokio::select! {
-            () = &mut changed => true,
-            () = tokio::time::sleep(Duration::from_millis(state.config.http.wait_recheck_ms).min(deadline - now)) => false,
-            // Shutting down: answer now (the client polls again) rather than hold the
-            // HTTP server's graceful drain for up to the whole wait.
-            () = state.shutdown.cancelled() => break,
-        };
-        changed = watch.armed();
-        // Woken: read the row. Timed out: a cheap version check first. A read that fails
-        // transiently (SQLite busy, say) is no news: the wait goes on and reads again.
-        let moved = notified
-            || match ops::version(&state.db, &caller.tenant, &current.id).await {
-                Ok(Some(v)) => v != current.version,
-                Ok(None) => true,
-                Err(e) if e.is_transient() => false,
-                Err(e) => return Err(e.into()),
-            };
-        if moved {
-            match load(&state, &caller, &current.id).await {
-                Ok(op) => current = op,
-                Err(AppError::Unavailable(e)) => {
-                    tracing::debug!(error = format!("{e:#}"), "long-poll re-read failed; reading again");
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    Ok(operation_response(StatusCode::OK, &current))
-}
-
-/// Read with `read` until it succeeds, a non-transient error, or `deadline`: a long-poll
-/// may wait out a momentary database hiccup instead of answering 503.
-async fn until_readable<F, Fut>(deadline: tokio::time::Instant, read: F) -> ApiResult<OperationRow>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = ApiResult<OperationRow>>,
-{
-    loop {
-        match read().await {
-            Err(AppError::Unavailable(e)) if tokio::time::Instant::now() < deadline => {
-                tracing::debug!(error = format!("{e:#}"), "long-poll read failed; reading again");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
+/// Cancel (idempotent): a queued operation is cancelled at once, a running one stops at its
+/// next batch boundary; a finished one stays as it is.
+#[utoipa::path(
+    post,
+    path = OPERATION_CANCEL_PATH,
+    operation_id = "cancelOperation",
+    tag = "operations",
+    params(("id" = Ulid, Path, description = "The operation's id (a ULID).")),
+    responses(
+        (status = 200, description = "The operation after the request.", body = OperationView,
+         headers(("ETag" = String, description = "`\"{id}.{version}\"`: changes with every change of the operation."),
+                 ("Retry-After" = u64, description = "Seconds before polling again, while it is not finished."))),
+        ParamErrors,
+        NotFound,
+    ),
+)]
 async fn cancel(State(state): State<AppState>, caller: Caller, IdPath(id): IdPath<OperationId>) -> ApiResult<Response> {
     let cancelled_now = transitions::cancel(&state.db, &caller.tenant, &id).await?;
     state.changes.committed(&id, &caller.tenant);
@@ -275,6 +174,23 @@ async fn cancel(State(state): State<AppState>, caller: Caller, IdPath(id): IdPat
 /// Retry a `failed` or `cancelled` operation: back to `queued` with a fresh attempt budget,
 /// resuming from its checkpoint where its kind can (else from the start). The body may give
 /// new scheduling options (`priority`, `deadlineMs`, `timeoutMs`, `notBeforeMs`).
+#[utoipa::path(
+    post,
+    path = OPERATION_RETRY_PATH,
+    operation_id = "retryOperation",
+    tag = "operations",
+    params(("id" = Ulid, Path, description = "The operation's id (a ULID).")),
+    request_body(content = Option<SubmitOptions>, description = "New scheduling options (optional; no body: the defaults)."),
+    responses(
+        (status = 202, description = "Queued again.", body = OperationView,
+         headers(("Location" = String, description = "The operation: `…/operations/{id}`."),
+                 ("Retry-After" = u64, description = "Seconds before polling, while it is not finished."),
+                 ("ETag" = String, description = "`\"{id}.{version}\"`: changes with every change of the operation."))),
+        ParamErrors,
+        NotFound,
+        Conflict,
+    ),
+)]
 async fn retry(
     State(state): State<AppState>,
     caller: Caller,
@@ -303,6 +219,15 @@ async fn retry(
     Ok(submitted_response(&op, operation_response(StatusCode::ACCEPTED, &op)))
 }
 
+/// Forget a finished operation (its row; its artifact stays until it expires or is deleted).
+#[utoipa::path(
+    delete,
+    path = OPERATION_PATH,
+    operation_id = "forgetOperation",
+    tag = "operations",
+    params(("id" = Ulid, Path, description = "The operation's id (a ULID).")),
+    responses((status = 204, description = "Forgotten."), ParamErrors, NotFound, Conflict),
+)]
 async fn forget(
     State(state): State<AppState>,
     caller: Caller,
@@ -314,6 +239,29 @@ async fn forget(
 
 /// Retention-sweep and projector figures are global (counts only, no tenant data); the
 /// index watermark is the caller's tenant's.
+#[utoipa::path(
+    get,
+    path = MAINTENANCE_STATUS_PATH,
+    operation_id = "maintenanceStatus",
+    tag = "operations",
+    responses((status = 200, description = "Maintenance figures.", body = ContextMaintenanceStatus), AuthErrors),
+)]
+async fn maintenance_get(state: State<AppState>, caller: Caller) -> ApiResult<ApiJson<ContextMaintenanceStatus>> {
+    maintenance(state, caller).await
+}
+
+/// The contract's form of the same read (a POST; any body is ignored).
+#[utoipa::path(
+    post,
+    path = MAINTENANCE_STATUS_PATH,
+    operation_id = "maintenanceStatusByPost",
+    tag = "operations",
+    responses((status = 200, description = "Maintenance figures.", body = ContextMaintenanceStatus), AuthErrors),
+)]
+async fn maintenance_post(state: State<AppState>, caller: Caller) -> ApiResult<ApiJson<ContextMaintenanceStatus>> {
+    maintenance(state, caller).await
+}
+
 async fn maintenance(State(state): State<AppState>, caller: Caller) -> ApiResult<ApiJson<ContextMaintenanceStatus>> {
     let (last, processed) = maintenance::status(&state.db, maintenance::RETENTION_SWEEP).await?;
     let (projector_last, projector_processed) = maintenance::status(&state.db, maintenance::PROJECTOR).await?;

@@ -51,6 +51,12 @@ async fn put_get_and_optimistic_concurrency(app: TestApp) {
     assert!(body["message"].as_str().unwrap().contains("version 1"), "{body}");
     let (_, unchanged) = app.post(GET, &json!({"entryId": "e1"})).await;
     assert_eq!(unchanged, created);
+    // Replacing an entry that does not exist (found by schemathesis: a 404 the OpenAPI
+    // document did not list) is a 404 and creates nothing.
+    let (status, body) = put(&app, entry("e-none", "ghost"), 3).await;
+    assert_api_error(status, &body, 404);
+    let (status, _) = app.post(GET, &json!({"entryId": "e-none"})).await;
+    assert_eq!(status, 404);
 
     let (status, updated) = put(&app, entry("e1", "Kafka runs on five brokers"), 1).await;
     assert_eq!(status, 200, "{updated}");

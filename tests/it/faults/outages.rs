@@ -62,6 +62,7 @@ async fn redis_outage_submissions_answer_fast_and_work_resumes() {
     let (status, body, ready_took) = timed_get(&serve.api, "/health/ready").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["down"], serde_json::json!(["queue"]), "{body}");
+    assert_eq!((body["status"].as_u64(), body["message"].is_string()), (Some(503), true), "an ApiError: {body}");
     assert!(ready_took < Duration::from_secs(1), "/health/ready took {ready_took:?}");
     let (status, _, live_took) = timed_get(&serve.api, "/health").await;
     assert_eq!(status, 200);

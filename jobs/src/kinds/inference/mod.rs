@@ -54,6 +54,7 @@ pub const PHASE_APPENDING_REPLY: &str = "appending_reply";
 /// How a successful turn ended. A refusal is the model's answer to the turn, so the
 /// operation succeeds and says so here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum InferenceOutcome {
     Completed,
@@ -71,6 +72,7 @@ impl InferenceOutcome {
 
 /// The `result` of a succeeded inference operation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct InferenceResult {
     pub outcome: InferenceOutcome,
@@ -81,13 +83,17 @@ pub struct InferenceResult {
     /// Raw `reasoning` + `function_call` items to send back verbatim, in output
     /// order, when the tool turn is continued.
     pub echo: Vec<Value>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub model: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub usage: Option<TokenUsage>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub response_id: Option<String>,
     /// Provider calls made for this operation, across retries and resumptions.
     pub provider_attempts: u32,
     /// The id of the reply appended to the conversation (`appendReply`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub appended_message_id: Option<String>,
 }
 

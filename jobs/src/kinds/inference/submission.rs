@@ -24,8 +24,10 @@ pub const REASONING_EFFORTS: [&str; 6] = ["none", "minimal", "low", "medium", "h
 /// What a caller submits. Unknown fields are rejected (a misspelt `appendReply` must
 /// not silently do nothing).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InferenceSubmission {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::contract::schema::ResourceId))]
     pub model: String,
     /// New messages for this turn (chat-style, or typed Responses items such as
     /// `function_call_output`), after any loaded history.
@@ -33,6 +35,7 @@ pub struct InferenceSubmission {
     pub messages: Vec<Value>,
     /// Load this conversation's newest messages (within the history budget) first.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::contract::schema::ResourceId>))]
     pub conversation_id: Option<String>,
     #[serde(default)]
     pub instructions: Option<String>,

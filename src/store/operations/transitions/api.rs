@@ -201,8 +201,10 @@ pub async fn set_paused(
     Ok(marked)
 }
 
-/// What a bulk action does to each operation it matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a bulk action does to each operation it matches (its wire name is the action of
+/// `POST …/operations/bulk`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum BulkAction {
     Cancel,
     Retry,
