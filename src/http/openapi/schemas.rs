@@ -159,3 +159,17 @@ impl ToSchema for ContractOperationView {
         <ContractOperation as ToSchema>::schemas(schemas);
     }
 }
+
+/// The answer to a submission on the contract's paths (and the kinds' own endpoints): the
+/// operation with the headers to poll it — one spelling for every submitting route.
+#[derive(utoipa::IntoResponses)]
+#[response(
+    status = 202,
+    description = "Submitted (or the operation an idempotency key already names).",
+    headers(
+        ("Location" = String, description = "The operation: `…/operations/{id}`."),
+        ("Retry-After" = u64, description = "Seconds before polling, while it is not finished."),
+        ("ETag" = String, description = "`\"{id}.{version}\"`: changes with every change of the operation.")
+    )
+)]
+pub struct Submitted(ContractOperationView);

@@ -14,7 +14,7 @@ use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiJson, ApiResult};
 use crate::http::openapi::errors::{BodyErrors, SubmitErrors};
-use crate::http::openapi::schemas::{ContractOperationView, SubmitRebuildVector};
+use crate::http::openapi::schemas::{SubmitRebuildVector, Submitted};
 use context_jobs::contract::{CONTEXT_RECALL_PATH, RecallContextRequest, RecallContextResponse, VECTOR_REBUILD_PATH};
 use context_jobs::kinds::rebuild_vector::RebuildVector;
 
@@ -48,10 +48,7 @@ async fn recall(
     params(("Idempotency-Key" = Option<String>, Header, description = "Submitting again with the same key returns the same operation; with a different request, 409.")),
     request_body = SubmitRebuildVector,
     responses(
-        (status = 202, description = "Submitted (or the operation an idempotency key already names).", body = ContractOperationView,
-         headers(("Location" = String, description = "The operation: `…/operations/{id}`."),
-                 ("Retry-After" = u64, description = "Seconds before polling, while it is not finished."),
-                 ("ETag" = String, description = "`\"{id}.{version}\"`: changes with every change of the operation."))),
+        Submitted,
         SubmitErrors,
     ),
 )]

@@ -16,7 +16,7 @@ use crate::http::AppState;
 use crate::http::auth::Caller;
 use crate::http::error::{ApiJson, ApiResult, AppError};
 use crate::http::openapi::errors::SubmitErrors;
-use crate::http::openapi::schemas::{AdvancedSubmission, ContractOperationView, SubmitDelete, SubmitRetention};
+use crate::http::openapi::schemas::{AdvancedSubmission, SubmitDelete, SubmitRetention, Submitted};
 use crate::store::now_ms;
 use crate::store::operations::OperationRow;
 use context_jobs::contract::{
@@ -120,10 +120,7 @@ struct AdvancedRequest {
     params(("Idempotency-Key" = Option<String>, Header, description = "Used when the body gives no `idempotencyKey`.")),
     request_body = AdvancedSubmission,
     responses(
-        (status = 202, description = "Submitted (or the operation an idempotency key already names).", body = ContractOperationView,
-         headers(("Location" = String, description = "The operation: `…/operations/{id}`."),
-                 ("Retry-After" = u64, description = "Seconds before polling, while it is not finished."),
-                 ("ETag" = String, description = "`\"{id}.{version}\"`: changes with every change of the operation."))),
+        Submitted,
         SubmitErrors,
     ),
 )]

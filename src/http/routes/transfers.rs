@@ -15,7 +15,7 @@ use crate::http::auth::Caller;
 use crate::http::body::AppendJson;
 use crate::http::error::{ApiJson, ApiResult};
 use crate::http::openapi::errors::SubmitErrors;
-use crate::http::openapi::schemas::{ContractOperationView, SubmitExport, SubmitImport};
+use crate::http::openapi::schemas::{SubmitExport, SubmitImport, Submitted};
 use context_jobs::contract::{CONTEXT_EXPORT_PATH, CONTEXT_IMPORT_PATH};
 use context_jobs::kinds::export::Export;
 use context_jobs::kinds::import::Import;
@@ -33,10 +33,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     params(("Idempotency-Key" = Option<String>, Header, description = "Submitting again with the same key returns the same operation; with a different request, 409.")),
     request_body = SubmitExport,
     responses(
-        (status = 202, description = "Submitted (or the operation an idempotency key already names).", body = ContractOperationView,
-         headers(("Location" = String, description = "The operation: `…/operations/{id}`."),
-                 ("Retry-After" = u64, description = "Seconds before polling, while it is not finished."),
-                 ("ETag" = String, description = "`\"{id}.{version}\"`: changes with every change of the operation."))),
+        Submitted,
         SubmitErrors,
     ),
 )]
@@ -60,10 +57,7 @@ async fn export(
     params(("Idempotency-Key" = Option<String>, Header, description = "Must equal the body's `idempotencyKey` when given.")),
     request_body = SubmitImport,
     responses(
-        (status = 202, description = "Submitted (or the operation the idempotency key already names).", body = ContractOperationView,
-         headers(("Location" = String, description = "The operation: `…/operations/{id}`."),
-                 ("Retry-After" = u64, description = "Seconds before polling, while it is not finished."),
-                 ("ETag" = String, description = "`\"{id}.{version}\"`: changes with every change of the operation."))),
+        Submitted,
         SubmitErrors,
     ),
 )]
