@@ -119,6 +119,9 @@ pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
     if let Some(listener) = api_listener {
         addr = listener.local_addr()?;
         tracing::info!(%addr, "API listening");
+        // Not ready until the busiest tenants' recall indexes are loaded (set before serving).
+        let warm = config.embedder.recall_warm_tenants;
+        crate::recall::warm::spawn(state.recall.clone(), warm, shutdown.clone());
         tasks.push(serve(listener, router(state.clone()), shutdown.clone()));
     }
     if let Some(listener) = metrics_listener {

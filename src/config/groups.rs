@@ -203,6 +203,11 @@ pub struct EmbedderConfig {
     /// Period of the background projector, milliseconds (0 disables it).
     #[arg(long, env = "CONTEXT_OPS_PROJECTOR_INTERVAL_MS", default_value_t = 1000)]
     pub projector_interval_ms: u64,
+
+    /// Tenants whose recall indexes an API process loads at start, most recently
+    /// projected first, before it reports ready (0: load each on its first recall).
+    #[arg(long, env = "CONTEXT_OPS_RECALL_WARM_TENANTS", default_value_t = 8)]
+    pub recall_warm_tenants: usize,
 }
 
 #[derive(Clone, Args)]

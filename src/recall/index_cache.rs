@@ -22,7 +22,7 @@ use context_jobs::text::terms;
 use context_jobs::vector_codec::decode_vector;
 
 /// Tenants whose indexes stay in memory at once.
-const MAX_TENANTS: usize = 32;
+pub const MAX_TENANTS: usize = 32;
 /// Rows per sync query.
 const SYNC_PAGE: i64 = 5000;
 

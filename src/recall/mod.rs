@@ -1,9 +1,11 @@
 //! Hybrid recall: embed the query, sync the tenant's in-memory index ([`index_cache`]),
 //! take the best candidates by approximate score from it, then load those rows (and their
 //! stored vectors) from the database and score them exactly — only rows that are active
-//! and unexpired *in the database* are returned, whatever the index believed.
+//! and unexpired *in the database* are returned, whatever the index believed. An API
+//! process loads its busiest tenants' indexes at start ([`warm`]).
 
 pub mod index_cache;
+pub mod warm;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,6 +41,8 @@ pub struct Recall {
     pub db: Db,
     pub embedder: Arc<Embedder>,
     pub indexes: Arc<RecallIndexes>,
+    /// The start-up load of recently active tenants' indexes ([`warm`]).
+    pub warmup: Arc<warm::Warmup>,
 }
 
 /// Candidates scored exactly: the index's approximate scores are within about 1% of the
@@ -51,7 +55,7 @@ fn candidate_count(limit: usize) -> usize {
 impl Recall {
     pub fn new(db: Db, embedder: Arc<Embedder>) -> Self {
         let indexes = Arc::new(RecallIndexes::new(embedder.model(), embedder.dim()));
-        Self { db, embedder, indexes }
+        Self { db, embedder, indexes, warmup: Arc::default() }
     }
 
     pub async fn recall(

@@ -27,6 +27,7 @@ mod projection_migration;
 mod queue;
 mod recall;
 mod recall_quality;
+mod recall_warmup;
 mod scheduling;
 mod startup;
 mod vectors;

@@ -1,5 +1,6 @@
 //! `/health` (liveness: the process answers; no I/O), `/health/ready` (readiness: the
-//! database and the queue answer, each within [`READY_TIMEOUT`], and which one does not),
+//! database and the queue answer, each within [`READY_TIMEOUT`], and which one does not;
+//! the recall indexes an API process loads at start are in memory),
 //! both public, and `/metrics` (Prometheus text). The metrics listener serves the health
 //! views too, so a worker process (no API listener) can be health-checked.
 
@@ -60,6 +61,9 @@ pub struct Health {
 pub struct Checks {
     database: String,
     queue: String,
+    /// `ok`, or how far the start-up load of recall indexes is (`loading 2 of 8 tenants`).
+    #[serde(rename = "recallIndexes")]
+    recall_indexes: String,
 }
 
 /// Ready: every dependency answers.
@@ -83,7 +87,7 @@ pub struct NotReady {
     error: ApiError,
     #[schema(value_type = String)]
     service: &'static str,
-    /// `database`, `queue`.
+    /// `database`, `queue`, `recall_indexes` (still loading at start).
     #[schema(value_type = Vec<String>)]
     down: Vec<&'static str>,
     checks: Checks,
@@ -114,7 +118,8 @@ fn check(result: Result<anyhow::Result<()>, tokio::time::error::Elapsed>, what: 
     }
 }
 
-/// Readiness: the database and the queue each answer within 700 ms.
+/// Readiness: the database and the queue each answer within 700 ms, and the recall indexes
+/// loaded at start (`recall::warm`) are in memory.
 #[utoipa::path(
     get,
     path = READY_PATH,
@@ -132,15 +137,25 @@ async fn ready(State(state): State<AppState>) -> impl IntoResponse {
     let queue = tokio::time::timeout(READY_TIMEOUT, state.queue.ping());
     let (db, queue) = tokio::join!(db, queue);
     let (db, queue) = (check(db, "database"), check(queue, "queue"));
-    let down: Vec<&'static str> =
-        [("database", &db), ("queue", &queue)].into_iter().filter(|(_, c)| c.is_err()).map(|(n, _)| n).collect();
+    let indexes = match state.recall.warmup.pending() {
+        None => Ok(()),
+        Some((loaded, of)) => Err(format!("loading {loaded} of {of} tenants")),
+    };
+    let down: Vec<&'static str> = [("database", &db), ("queue", &queue), ("recall_indexes", &indexes)]
+        .into_iter()
+        .filter(|(_, c)| c.is_err())
+        .map(|(n, _)| n)
+        .collect();
+    let message = match (db.is_ok() && queue.is_ok(), &indexes) {
+        (true, Err(loading)) => format!("not ready: recall indexes {loading}"),
+        _ => format!("not ready: {} unavailable", down.join(" and ")),
+    };
     let word = |c: Result<(), String>| c.err().unwrap_or_else(|| "ok".into());
-    let checks = Checks { database: word(db), queue: word(queue) };
+    let checks = Checks { database: word(db), queue: word(queue), recall_indexes: word(indexes) };
     if down.is_empty() {
         return ApiJson(Readiness { status: "ready", service: SERVICE_NAME, down, checks }).into_response();
     }
     let status = StatusCode::SERVICE_UNAVAILABLE;
-    let message = format!("not ready: {} unavailable", down.join(" and "));
     let error = ApiError { status: status.as_u16(), message };
     let mut response = (status, ApiJson(NotReady { error, service: SERVICE_NAME, down, checks })).into_response();
     response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(1u64));

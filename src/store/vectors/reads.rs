@@ -213,3 +213,16 @@ pub async fn vectors_written_after(
     .fetch_all(db)
     .await?)
 }
+
+/// Up to `limit` tenants with entries, most recently projected first: the recall indexes
+/// an API process loads at start (`recall::warm`). One row per tenant in the heads table.
+pub async fn recently_projected_tenants(db: &Db, limit: usize) -> StoreResult<Vec<TenantKey>> {
+    let rows: Vec<(String,)> = query(
+        "SELECT tenant FROM context_entry_heads WHERE source_version > 0 \
+         ORDER BY projected_at_ms DESC, source_version DESC, tenant LIMIT $1",
+    )
+    .bind(limit as i64)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|(t,)| TenantKey::from_stored(t)).collect())
+}
