@@ -32,7 +32,7 @@ pub(super) fn describe() {
         (INFERENCE_PROVIDER_RETRIES, "Provider calls retried, by the reason class of the failure."),
         (
             PROVIDER_REQUESTS,
-            "Calls to the Responses provider, by status class (2xx, 4xx, 5xx, timeout, connect_error).",
+            "Calls to the Responses provider, by status class (2xx, 429, other 4xx, 5xx, timeout, connect_error, transport_error).",
         ),
         (QUEUE_PUSHES, "Pushes to an operation kind's queue, by outcome (ok, error)."),
         (QUEUE_DELIVERIES, "Queue messages delivered to a handler, by outcome."),

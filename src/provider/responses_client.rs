@@ -18,8 +18,9 @@ use serde_json::Value;
 use crate::config::Config;
 use context_jobs::responses::RetryHeaders;
 
-/// Provider calls by `status_class` (`2xx`, `4xx`, `5xx`, `timeout`, `connect_error`,
-/// `transport_error`).
+/// Provider calls by `status_class` (`2xx`, `429`, `4xx`, `5xx`, `timeout`, `connect_error`,
+/// `transport_error`). A 429 is a class of its own: a provider's rate limit wants a
+/// different response (and alert) from the other 4xx, which mean a bad key or request.
 pub const PROVIDER_REQUESTS: &str = "context_ops_inference_provider_requests_total";
 /// Provider call latency by `status_class`, seconds (headers and body).
 pub const PROVIDER_LATENCY: &str = "context_ops_inference_provider_request_duration_seconds";
@@ -98,6 +99,7 @@ impl ResponsesClient {
         let started = Instant::now();
         let outcome = self.send(body).await;
         let class = match &outcome {
+            Ok(reply) if reply.status == 429 => "429",
             Ok(reply) => crate::metrics::status_class(reply.status),
             Err(TransportError::Timeout) => "timeout",
             Err(TransportError::Connect(_)) => "connect_error",

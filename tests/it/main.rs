@@ -21,6 +21,7 @@ mod faults;
 mod inference;
 mod messages;
 mod metrics_scrape;
+mod observability;
 mod openapi;
 mod operations;
 mod projection_migration;
