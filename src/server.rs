@@ -198,6 +198,7 @@ pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
             None => tracing::debug!("retention sweep off (no CONTEXT_OPS_RETENTION_MAX_* policy)"),
         }
     }
+    state.started.store(true, std::sync::atomic::Ordering::Release);
     Ok(Running { addr, metrics_addr, state, shutdown, tasks })
 }
 

@@ -46,6 +46,9 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// The cap on event streams open in this process.
     pub events: crate::events::EventStreams,
+    /// Set when `server::start` has started everything (workers announced, tasks
+    /// spawned): until then the process is not ready, though its API already answers.
+    pub started: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AppState {
@@ -63,6 +66,7 @@ impl AppState {
             metrics: crate::metrics::handle(),
             queue,
             shutdown: tokio_util::sync::CancellationToken::new(),
+            started: Arc::default(),
         })
     }
 

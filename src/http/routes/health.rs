@@ -1,5 +1,6 @@
 //! `/health` (liveness: the process answers; no I/O), `/health/ready` (readiness: the
-//! database and the queue answer, each within [`READY_TIMEOUT`], and which one does not;
+//! process has started, the database and the queue answer, each within [`READY_TIMEOUT`],
+//! and which one does not;
 //! the recall indexes an API process loads at start are in memory),
 //! both public, and `/metrics` (Prometheus text). The metrics listener serves the health
 //! views too, so a worker process (no API listener) can be health-checked.
@@ -87,7 +88,8 @@ pub struct NotReady {
     error: ApiError,
     #[schema(value_type = String)]
     service: &'static str,
-    /// `database`, `queue`, `recall_indexes` (still loading at start).
+    /// `starting` (the process has not started everything yet), `database`, `queue`,
+    /// `recall_indexes` (still loading at start).
     #[schema(value_type = Vec<String>)]
     down: Vec<&'static str>,
     checks: Checks,
@@ -118,8 +120,8 @@ fn check(result: Result<anyhow::Result<()>, tokio::time::error::Elapsed>, what: 
     }
 }
 
-/// Readiness: the database and the queue each answer within 700 ms, and the recall indexes
-/// loaded at start (`recall::warm`) are in memory.
+/// Readiness: the process has started everything, the database and the queue each answer
+/// within 700 ms, and the recall indexes loaded at start (`recall::warm`) are in memory.
 #[utoipa::path(
     get,
     path = READY_PATH,
@@ -141,15 +143,28 @@ async fn ready(State(state): State<AppState>) -> impl IntoResponse {
         None => Ok(()),
         Some((loaded, of)) => Err(format!("loading {loaded} of {of} tenants")),
     };
-    let down: Vec<&'static str> = [("database", &db), ("queue", &queue), ("recall_indexes", &indexes)]
-        .into_iter()
-        .filter(|(_, c)| c.is_err())
-        .map(|(n, _)| n)
-        .collect();
-    let message = match (db.is_ok() && queue.is_ok(), &indexes) {
-        (true, Err(loading)) => format!("not ready: recall indexes {loading}"),
-        _ => format!("not ready: {} unavailable", down.join(" and ")),
+    let starting = match state.started.load(std::sync::atomic::Ordering::Acquire) {
+        true => Ok(()),
+        false => Err(String::new()),
     };
+    let down: Vec<&'static str> =
+        [("starting", &starting), ("database", &db), ("queue", &queue), ("recall_indexes", &indexes)]
+            .into_iter()
+            .filter(|(_, c)| c.is_err())
+            .map(|(n, _)| n)
+            .collect();
+    let unavailable: Vec<&str> = down.iter().copied().filter(|d| matches!(*d, "database" | "queue")).collect();
+    let mut reasons = Vec::new();
+    if starting.is_err() {
+        reasons.push("starting".to_string());
+    }
+    if !unavailable.is_empty() {
+        reasons.push(format!("{} unavailable", unavailable.join(" and ")));
+    }
+    if let Err(loading) = &indexes {
+        reasons.push(format!("recall indexes {loading}"));
+    }
+    let message = format!("not ready: {}", reasons.join("; "));
     let word = |c: Result<(), String>| c.err().unwrap_or_else(|| "ok".into());
     let checks = Checks { database: word(db), queue: word(queue), recall_indexes: word(indexes) };
     if down.is_empty() {

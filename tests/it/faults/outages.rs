@@ -96,9 +96,8 @@ async fn postgres_outage_fails_fast_and_readiness_names_it() {
     assert_ne!(env.database_url, fx.env.database_url, "the test PostgreSQL is on 127.0.0.1:5432");
     let acquire = context_ops::config::Config::defaults().database.db_acquire_timeout_ms.to_string();
     let mut serve = env.spawn_with("serve", "serve", &[("CONTEXT_OPS_DB_ACQUIRE_TIMEOUT_MS", acquire.as_str())]);
-    serve.wait_healthy(HEALTHY_WITHIN).await;
-    let (status, body, _) = timed_get(&serve.api, "/health/ready").await;
-    assert_eq!((status, body["status"].as_str()), (200, Some("ready")), "{body}");
+    let body = serve.wait_ready(HEALTHY_WITHIN).await;
+    assert_eq!(body["status"], "ready", "{body}");
 
     proxy.cut();
     // The port is closed once the aborted accept task has dropped its listener.

@@ -226,6 +226,28 @@ impl Service {
     }
 }
 
+impl Service {
+    /// [`Self::wait_healthy`], then poll `/health/ready` until it answers 200 (an API
+    /// process loads recall indexes before it is ready); its body.
+    pub async fn wait_ready(&mut self, within: Duration) -> serde_json::Value {
+        let deadline = Instant::now() + within;
+        self.wait_healthy(within).await;
+        loop {
+            let (status, body) = self.api.get("/health/ready").await;
+            if status == 200 {
+                return body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} not ready within {within:?}: {body}\nlog tail:\n{}",
+                self.proc.name,
+                self.proc.log_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// A private, non-persistent `redis-server` on `port`.
 pub fn start_redis(dir: &Path, name: &str, port: u16) -> Proc {
     let mut cmd = Command::new("redis-server");
