@@ -1,0 +1,5 @@
+// The overview page (being written).
+
+export async function render(main, params, ctx) {
+  main.append(ctx.el('h1', {}, 'overview'));
+}
