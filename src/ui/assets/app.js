@@ -3,7 +3,7 @@
 // A page module exports `async function render(main, params, ctx)` and may return a
 // cleanup function, called when the user navigates away (streams, timers).
 
-import { ApiFailure, PATHS, api, forgetToken, keepToken, session, stream } from './api.js';
+import { ApiFailure, PATHS, api, forgetToken, keepToken, query, session, stream } from './api.js';
 import { confirm, el, svg } from './widgets.js';
 import * as overview from './overview.js';
 import * as operations from './operations.js';
@@ -43,6 +43,7 @@ const ctx = {
   svg,
   confirm,
   paths: PATHS,
+  query,
   /** A short message in the polite live region (a result of an action). */
   notify(text) {
     notice.textContent = '';
