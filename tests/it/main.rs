@@ -31,4 +31,5 @@ mod recall;
 mod recall_quality;
 mod scheduling;
 mod startup;
+mod ui_assets;
 mod vectors;
