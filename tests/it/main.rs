@@ -29,4 +29,5 @@ mod recall;
 mod recall_quality;
 mod scheduling;
 mod startup;
+mod ui;
 mod vectors;
