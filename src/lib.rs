@@ -9,6 +9,7 @@
 //! - [`changes`], [`events`] — change notifications; event streams of operation changes.
 //! - [`recall`], [`embedder`], [`provider`] — hybrid recall, the vector embedder, the
 //!   Responses client.
+//! - [`ui`] — the operator dashboard's embedded files (`/ui`).
 //! - [`config`], [`metrics`], [`server`], [`telemetry`] — wiring.
 //!
 //! See `docs/architecture.md` for the map and the path of an operation.
@@ -28,4 +29,5 @@ pub mod recall;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod ui;
 pub mod worker;

@@ -76,8 +76,8 @@ impl AppState {
 pub const NO_SUCH_ENDPOINT: &str = "no such endpoint";
 
 /// The full API router: every documented route ([`routes::api`]) and the non-API ones
-/// ([`routes::non_api`]: `/metrics`, behind auth, unless a separate metrics listener is
-/// configured).
+/// ([`routes::non_api`]: the dashboard under `/ui`, and `/metrics`, behind auth, unless a
+/// separate metrics listener is configured).
 pub fn router(state: AppState) -> Router {
     let (api, _) = routes::api().split_for_parts();
     api.merge(routes::non_api::routes(state.config.metrics.metrics_bind.is_none()))

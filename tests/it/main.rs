@@ -30,4 +30,5 @@ mod recall_quality;
 mod scheduling;
 mod startup;
 mod ui;
+mod ui_assets;
 mod vectors;
