@@ -7,7 +7,7 @@ import { ADMIN_TOKEN, BASE_URL, checkAccessibility, env, go, log, scenario, scre
 const OPERATION_ID = env('OPERATION_ID');
 
 await scenario('accessibility', async ({ page }) => {
-  await page.goto(`${BASE_URL}/ui/`);
+  await page.goto(`${BASE_URL}/ui`);
   await page.getByRole('button', { name: 'Sign in' }).waitFor();
   await checkAccessibility(page, 'the sign-in form');
   await screenshot(page, 'sign-in');

@@ -22,7 +22,7 @@ await scenario('browse', async ({ page, result }) => {
   assert(listed.length === 2, `two conversations listed: ${JSON.stringify(listed)}`);
   const byId = Object.fromEntries(listed.map((r) => [r[0], r[1]]));
   assert(byId['support-42'] === '120' && byId['support-43'] === '3', `message counts: ${JSON.stringify(listed)}`);
-  await screenshot(page, 'conversations');
+  await screenshot(page, 'browse-conversations');
 
   log('support-42, page by page');
   await page.getByRole('link', { name: 'support-42' }).click();
@@ -32,7 +32,7 @@ await scenario('browse', async ({ page, result }) => {
   const messages = page.getByRole('table', { name: /Messages/ });
   let shown = await rows(messages);
   assert(shown[0][0] === '1' && shown[0][4] === 'support-42 says hello #1', `first message: ${JSON.stringify(shown[0])}`);
-  await screenshot(page, 'conversation');
+  await screenshot(page, 'browse-conversation');
   const next = page.getByRole('button', { name: 'Next page' });
   const previous = page.getByRole('button', { name: 'Previous page' });
   assert(await previous.isDisabled(), 'no previous page on the first');
@@ -69,7 +69,7 @@ await scenario('browse', async ({ page, result }) => {
     const expected = [item.entry.id, ...['lexical', 'vector', 'recency', 'finalScore'].map((k) => item.score[k].toFixed(3))];
     assert(JSON.stringify(result.recall[i]) === JSON.stringify(expected), `row ${i + 1}: ${result.recall[i]} vs the API's ${expected}`);
   });
-  await screenshot(page, 'entries-recall');
+  await screenshot(page, 'browse-recall');
 
   log('an entry and its history');
   await recall.getByRole('link', { name: 'kafka-brokers' }).click();
@@ -85,7 +85,7 @@ await scenario('browse', async ({ page, result }) => {
   });
   assert(versions[1][2] === 'a third broker was added', `the correction's reason: ${versions[1]}`);
   assert(versions[0][4].includes('two brokers') && versions[1][4].includes('three brokers'), `each version's content: ${JSON.stringify(versions)}`);
-  await screenshot(page, 'entry');
+  await screenshot(page, 'browse-entry');
 
   log('an unknown entry is not found');
   await page.getByLabel('Entry id').fill('no-such-entry');

@@ -28,7 +28,7 @@ async function tabTo(page, what, wanted, max = 30) {
 }
 
 await scenario('keyboard', async ({ page }) => {
-  await page.goto(`${BASE_URL}/ui/`);
+  await page.goto(`${BASE_URL}/ui`);
   log('the sign-in form takes the focus');
   await page.getByLabel('Token or JWT').waitFor();
   await until('the credential box to be focused', async () => (await focused(page)).label === 'Token or JWT');

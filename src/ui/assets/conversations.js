@@ -3,7 +3,6 @@
 // messages page by page, oldest first (`POST /internal/v1/context/messages`, cursor-paged,
 // optionally by role). Handy for seeing exactly what an agent will be given.
 
-import { PATHS } from './api.js';
 import { fmtCount, time } from './widgets.js';
 
 const AGENT_KEY = 'context-ops.agent';
@@ -11,8 +10,18 @@ const PAGE_SIZES = [25, 50, 100, 200];
 const ROLES = ['user', 'assistant', 'tool', 'system', 'event'];
 
 export async function render(main, params, ctx) {
-  const id = params.id ?? params[0];
+  const id = routeId(params);
   return id ? renderConversation(main, id, ctx) : renderList(main, ctx);
+}
+
+/** The id in the route (`#/conversations/<id>`, `#/entries/<id>`), percent-decoded. */
+export function routeId(params) {
+  if (!params.id) return null;
+  try {
+    return decodeURIComponent(params.id);
+  } catch {
+    return params.id; // not percent-encoded after all: take it as typed
+  }
 }
 
 /** `#/conversations`: an agent's conversations, and a box to open one by id. */
@@ -26,29 +35,27 @@ async function renderList(main, ctx) {
     sessionStorage.setItem(AGENT_KEY, agentId);
     results.replaceChildren(el('p', { class: 'muted' }, 'Loading…'));
     try {
-      const answer = await ctx.api('POST', PATHS.conversations, { agentId, limit: 200 });
-      results.replaceChildren(conversationTable(ctx, agentId, answer.items));
+      const answer = await ctx.api('POST', ctx.paths.conversations, { agentId, limit: 200 });
+      results.replaceChildren(el('div', { class: 'table-wrap' }, conversationTable(ctx, agentId, answer.items)));
     } catch (e) {
       results.replaceChildren(failureNote(ctx, e));
     }
   };
   const byAgent = el(
     'form',
-    { class: 'inline-form', 'aria-label': 'List an agent’s conversations', on: { submit: (e) => { e.preventDefault(); list(); } } },
-    el('label', { for: 'conv-agent' }, 'Agent id'),
-    agent,
+    { class: 'panel row', 'aria-label': 'List an agent’s conversations', on: { submit: (e) => { e.preventDefault(); list(); } } },
+    el('div', { class: 'field' }, el('label', { for: 'conv-agent' }, 'Agent id'), agent),
     el('button', { type: 'submit' }, 'List conversations'),
   );
   const convId = el('input', { id: 'conv-id', name: 'conversation', required: true, autocomplete: 'off' });
   const byId = el(
     'form',
     {
-      class: 'inline-form',
+      class: 'panel row',
       'aria-label': 'Open a conversation by id',
       on: { submit: (e) => { e.preventDefault(); if (convId.value.trim()) location.hash = `#/conversations/${encodeURIComponent(convId.value.trim())}`; } },
     },
-    el('label', { for: 'conv-id' }, 'Conversation id'),
-    convId,
+    el('div', { class: 'field' }, el('label', { for: 'conv-id' }, 'Conversation id'), convId),
     el('button', { type: 'submit' }, 'Open conversation'),
   );
   main.replaceChildren(
@@ -65,7 +72,7 @@ function conversationTable(ctx, agentId, items) {
   if (!items.length) return el('p', { role: 'status' }, `No conversations for agent ${agentId}.`);
   return el(
     'table',
-    { class: 'data' },
+    {},
     el('caption', {}, `Conversations of agent ${agentId} (${fmtCount(items.length)}), most recently updated first`),
     el('thead', {}, el('tr', {}, ['Conversation', 'Messages', 'Created', 'Updated'].map((h) => el('th', { scope: 'col' }, h)))),
     el(
@@ -95,7 +102,7 @@ async function renderConversation(main, conversationId, ctx) {
   const size = el('select', { id: 'msg-size', name: 'size' }, PAGE_SIZES.map((n) => el('option', { value: String(n), selected: n === 50 }, String(n))));
   const role = el('select', { id: 'msg-role', name: 'role' }, el('option', { value: '' }, 'all roles'), ROLES.map((r) => el('option', { value: r }, r)));
   const status = el('p', { role: 'status', class: 'muted' });
-  const body = el('div');
+  const body = el('div', { class: 'table-wrap' });
   const prev = el('button', { type: 'button', disabled: true, on: { click: () => load(page - 1) } }, 'Previous page');
   const next = el('button', { type: 'button', disabled: true, on: { click: () => load(page + 1) } }, 'Next page');
 
@@ -107,7 +114,7 @@ async function renderConversation(main, conversationId, ctx) {
     prev.disabled = next.disabled = true;
     status.textContent = 'Loading…';
     try {
-      const answer = await ctx.api('POST', PATHS.messagesPage, request);
+      const answer = await ctx.api('POST', ctx.paths.messagesPage, request);
       page = target;
       nextCursor = answer.nextCursor ?? null;
       cursors.length = page + 1;
@@ -137,11 +144,9 @@ async function renderConversation(main, conversationId, ctx) {
     el('h1', {}, `Conversation ${conversationId}`),
     el(
       'div',
-      { class: 'toolbar' },
-      el('label', { for: 'msg-role' }, 'Role'),
-      role,
-      el('label', { for: 'msg-size' }, 'Page size'),
-      size,
+      { class: 'row' },
+      el('div', { class: 'field' }, el('label', { for: 'msg-role' }, 'Role'), role),
+      el('div', { class: 'field' }, el('label', { for: 'msg-size' }, 'Page size'), size),
     ),
     status,
     body,
@@ -155,7 +160,7 @@ function messageTable(ctx, items) {
   if (!items.length) return el('div');
   return el(
     'table',
-    { class: 'data messages' },
+    {},
     el('caption', {}, 'Messages, oldest first'),
     el('thead', {}, el('tr', {}, ['Sequence', 'Role', 'Message id', 'Created', 'Content'].map((h) => el('th', { scope: 'col' }, h)))),
     el(
@@ -178,8 +183,8 @@ function messageTable(ctx, items) {
 
 /** A message's or an entry's content: text as text, anything else as indented JSON. */
 export function contentView(ctx, content) {
-  if (typeof content === 'string') return ctx.el('div', { class: 'content' }, content);
-  return ctx.el('pre', { class: 'content' }, JSON.stringify(content, null, 2));
+  if (typeof content === 'string') return ctx.el('span', {}, content);
+  return ctx.el('pre', { class: 'json' }, JSON.stringify(content, null, 2));
 }
 
 /** A refusal as a visible alert (404 for another tenant's data reads as not found). */

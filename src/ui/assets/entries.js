@@ -4,15 +4,14 @@
 // `GET entries/{id}/history`). The API has no listing of a tenant's entries, so the page
 // starts from a recall or an id — what an agent would be given is exactly what recall says.
 
-import { PATHS } from './api.js';
-import { contentView, failureNote } from './conversations.js';
+import { contentView, failureNote, routeId } from './conversations.js';
 import { facts, fmtCount, time } from './widgets.js';
 
 const QUERY_KEY = 'context-ops.recall-query';
 
 export async function render(main, params, ctx) {
   const { el } = ctx;
-  const entryId = params.id ?? params[0];
+  const entryId = routeId(params);
   const recallResults = el('div', { 'aria-live': 'polite' });
   const entryView = el('div', { 'aria-live': 'polite' });
 
@@ -27,20 +26,17 @@ export async function render(main, params, ctx) {
     if (conversation.value.trim()) request.conversationId = conversation.value.trim();
     recallResults.replaceChildren(el('p', { class: 'muted' }, 'Recalling…'));
     try {
-      recallResults.replaceChildren(recallTable(ctx, text, await ctx.api('POST', PATHS.recall, request)));
+      recallResults.replaceChildren(recallTable(ctx, text, await ctx.api('POST', ctx.paths.recall, request)));
     } catch (e) {
       recallResults.replaceChildren(failureNote(ctx, e));
     }
   };
   const recallForm = el(
     'form',
-    { class: 'inline-form', 'aria-label': 'Recall', on: { submit: (e) => { e.preventDefault(); recall(); } } },
-    el('label', { for: 'recall-query' }, 'Query'),
-    query,
-    el('label', { for: 'recall-conversation' }, 'Conversation id (optional)'),
-    conversation,
-    el('label', { for: 'recall-limit' }, 'Results'),
-    limit,
+    { class: 'panel row', 'aria-label': 'Recall', on: { submit: (e) => { e.preventDefault(); recall(); } } },
+    el('div', { class: 'field' }, el('label', { for: 'recall-query' }, 'Query'), query),
+    el('div', { class: 'field' }, el('label', { for: 'recall-conversation' }, 'Conversation id (optional)'), conversation),
+    el('div', { class: 'field' }, el('label', { for: 'recall-limit' }, 'Results'), limit),
     el('button', { type: 'submit' }, 'Recall'),
   );
 
@@ -48,12 +44,11 @@ export async function render(main, params, ctx) {
   const idForm = el(
     'form',
     {
-      class: 'inline-form',
+      class: 'panel row',
       'aria-label': 'Show an entry by id',
       on: { submit: (e) => { e.preventDefault(); if (idBox.value.trim()) location.hash = `#/entries/${encodeURIComponent(idBox.value.trim())}`; } },
     },
-    el('label', { for: 'entry-id' }, 'Entry id'),
-    idBox,
+    el('div', { class: 'field' }, el('label', { for: 'entry-id' }, 'Entry id'), idBox),
     el('button', { type: 'submit' }, 'Show entry'),
   );
 
@@ -84,8 +79,8 @@ function recallTable(ctx, text, answer) {
   if (!answer.items.length) return el('div', {}, el('p', { role: 'status' }, `Nothing recalled for “${text}”.`), watermark);
   const table = el(
     'table',
-    { class: 'data recall' },
-    el('caption', {}, `Recall for “${text}”: ${answer.items.length} results, best first, with the score breakdown`),
+    {},
+    el('caption', {}, `Recall for “${text}”: ${answer.items.length} result${answer.items.length === 1 ? '' : 's'}, best first, with the score breakdown`),
     el(
       'thead',
       {},
@@ -105,12 +100,12 @@ function recallTable(ctx, text, answer) {
           el('td', { class: 'num' }, score(item.score.lexical)),
           el('td', { class: 'num' }, score(item.score.vector)),
           el('td', { class: 'num' }, score(item.score.recency)),
-          el('td', { class: 'num strong' }, score(item.score.finalScore)),
+          el('td', { class: 'num' }, el('strong', {}, score(item.score.finalScore))),
         ),
       ),
     ),
   );
-  return el('div', {}, table, watermark);
+  return el('div', {}, el('div', { class: 'table-wrap' }, table), watermark);
 }
 
 async function showEntry(ctx, id, into) {
@@ -118,8 +113,8 @@ async function showEntry(ctx, id, into) {
   into.replaceChildren(el('p', { class: 'muted' }, 'Loading…'));
   try {
     const [entry, history] = await Promise.all([
-      ctx.api('POST', PATHS.entryGet, { entryId: id }),
-      ctx.api('GET', PATHS.entryHistory(id)),
+      ctx.api('POST', ctx.paths.entryGet, { entryId: id }),
+      ctx.api('GET', ctx.paths.entryHistory(id)),
     ]);
     into.replaceChildren(
       el('h3', {}, `Entry ${entry.id}`),
@@ -136,7 +131,7 @@ async function showEntry(ctx, id, into) {
         ['Created', time(entry.createdAtMs)],
         ['Updated', time(entry.updatedAtMs)],
       ]),
-      historyTable(ctx, history.items),
+      el('div', { class: 'table-wrap' }, historyTable(ctx, history.items)),
     );
   } catch (e) {
     into.replaceChildren(failureNote(ctx, e));
@@ -147,8 +142,8 @@ function historyTable(ctx, items) {
   const { el } = ctx;
   return el(
     'table',
-    { class: 'data history' },
-    el('caption', {}, `History: ${items.length} versions, oldest first`),
+    {},
+    el('caption', {}, `History: ${items.length} version${items.length === 1 ? '' : 's'}, oldest first`),
     el('thead', {}, el('tr', {}, ['Version', 'Change', 'Reason', 'Status', 'Content', 'Updated'].map((h) => el('th', { scope: 'col' }, h)))),
     el(
       'tbody',
