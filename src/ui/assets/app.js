@@ -121,7 +121,12 @@ async function route() {
   const found = ROUTES.map((r) => ({ r, m: path.match(r.pattern) })).find((x) => x.m);
   const turn = ++rendering;
   main.replaceChildren();
-  if (!found || (found.r.admin && !session.admin)) {
+  if (found && found.r.admin && !session.admin) {
+    document.title = `${found.r.title} · context-ops`;
+    main.append(el('h1', {}, found.r.title), el('p', { role: 'alert' }, 'This page needs an admin credential (the admin token, or a JWT with "admin": true).'));
+    return;
+  }
+  if (!found) {
     document.title = 'Not found · context-ops';
     main.append(el('h1', {}, 'Not found'), el('p', {}, 'No such page. ', el('a', { href: '#/overview' }, 'Go to the overview'), '.'));
     return;
