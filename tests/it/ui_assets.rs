@@ -3,12 +3,14 @@
 //! references or a module imports is served with its content type and is the embedded
 //! one (and nothing is embedded that nothing loads); an unknown file is a 404 `ApiError`;
 //! and no file carries what the Content-Security-Policy or XSS safety forbid (inline
-//! handlers, inline scripts or styles, HTML parsed from strings, other origins). The
+//! handlers, inline scripts or styles, HTML parsed from strings, other origins), and every
+//! API path a module names is in the OpenAPI document (no private endpoints). The
 //! pages' behaviour in a real browser is tested by `tests/ui/`.
 
 use std::collections::{BTreeSet, VecDeque};
 
 use crate::harness::{Backend, TestApp};
+use context_ops::http::openapi::document_json;
 use context_ops::ui::{ASSETS, CONTENT_SECURITY_POLICY, UI_PATH, asset, content_type};
 
 /// The string literal starting right after `at` (which ends with its opening quote).
@@ -179,4 +181,42 @@ fn no_file_holds_what_the_policy_or_xss_safety_forbid() {
             }
         }
     }
+}
+
+/// A path with each parameter (`{id}`, or a template literal's `${…}`) as `{}`.
+fn path_shape(path: &str) -> String {
+    let mut out = String::new();
+    let mut rest = path;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..].find('}').map_or(rest.len(), |c| open + c + 1);
+        out.push_str(rest[..open].trim_end_matches('$'));
+        out.push_str("{}");
+        rest = &rest[close..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The dashboard has no private endpoints: every API path its modules name is in the
+/// OpenAPI document.
+#[test]
+fn pages_call_only_documented_api_paths() {
+    let doc: serde_json::Value = serde_json::from_str(&document_json()).unwrap();
+    let documented: BTreeSet<String> = doc["paths"].as_object().unwrap().keys().map(|p| path_shape(p)).collect();
+    let mut named = 0;
+    for a in ASSETS.iter().filter(|a| a.name.ends_with(".js")) {
+        for (i, _) in a.body.match_indices("/internal/") {
+            // A string literal's start; a path mentioned in a comment's prose is not called.
+            let quote = a.body[..i].chars().last().unwrap();
+            if !matches!(quote, '\'' | '"' | '`') {
+                continue;
+            }
+            let end = a.body[i..].find(quote).unwrap();
+            let path = a.body[i..i + end].split('?').next().unwrap();
+            let shape = path_shape(path);
+            assert!(documented.contains(&shape), "{} calls {path}, which is not in the API document", a.name);
+            named += 1;
+        }
+    }
+    assert!(named >= 10, "found only {named} API paths in the modules");
 }

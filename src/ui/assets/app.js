@@ -228,8 +228,11 @@ async function start(message) {
   }
 }
 
-window.addEventListener('hashchange', () => {
-  if (session.open || session.token) route();
+window.addEventListener('hashchange', async () => {
+  if (!(session.open || session.token)) return;
+  await route();
+  // A new page: screen readers and keyboard users start at its content, not the old link.
+  if (!main.contains(document.activeElement)) main.focus({ preventScroll: true });
 });
 
 start();

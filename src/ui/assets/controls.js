@@ -13,6 +13,12 @@ function options(el, values, anyLabel) {
   return [anyLabel ? el('option', { value: '' }, anyLabel) : null, values.map((v) => el('option', { value: v }, v))];
 }
 
+const CONSEQUENCE = {
+  cancel: 'Queued ones stop at once, running ones at their next batch boundary.',
+  retry: 'They are queued again and run from their checkpoint where their kind can.',
+  forget: 'Their records are deleted for good.',
+};
+
 const PAST = { cancel: 'Cancelled', retry: 'Queued again', forget: 'Forgot' };
 
 export async function render(main, params, ctx) {
@@ -136,7 +142,7 @@ export async function render(main, params, ctx) {
       bulkStatus.textContent = `Nothing to ${dry.action}: ${dry.matched} match, none would change.`;
       return;
     }
-    const ok = await ctx.confirm(`${dry.action[0].toUpperCase()}${dry.action.slice(1)} ${dry.changed} operation${dry.changed === 1 ? '' : 's'}?`, `${dry.matched} match the filter; ${dry.changed} would change. This cannot be undone.`);
+    const ok = await ctx.confirm(`${dry.action[0].toUpperCase()}${dry.action.slice(1)} ${dry.changed} operation${dry.changed === 1 ? '' : 's'}?`, `${dry.matched} match the filter; ${dry.changed} would change. ${CONSEQUENCE[dry.action]}`);
     if (!ok) {
       bulkStatus.textContent = 'Nothing changed.';
       return;
