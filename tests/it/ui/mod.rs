@@ -79,15 +79,25 @@ pub struct UiServer {
 impl UiServer {
     /// `serve` on a fresh SQLite database with the three credentials, plus `env`.
     pub async fn start(env: &[(&str, &str)]) -> UiServer {
-        require_tools();
-        let fx = Fixture::new(Backend::Sqlite, 15).await;
         let mut all = vec![
             ("AGENT_CONTEXT_SERVICE_TOKEN", SERVICE_TOKEN),
             ("CONTEXT_OPS_ADMIN_TOKEN", ADMIN_TOKEN),
             ("CONTEXT_OPS_JWT_SECRET", JWT_SECRET),
-            // The overview refreshes from the event stream; heartbeats keep it honest.
-            ("CONTEXT_OPS_EVENTS_HEARTBEAT_MS", "2000"),
         ];
+        all.extend_from_slice(env);
+        Self::start_exactly(&all).await
+    }
+
+    /// `serve` in open mode (no credential configured: loopback only).
+    pub async fn open() -> UiServer {
+        Self::start_exactly(&[]).await
+    }
+
+    async fn start_exactly(env: &[(&str, &str)]) -> UiServer {
+        require_tools();
+        let fx = Fixture::new(Backend::Sqlite, 15).await;
+        // The overview refreshes from the event stream; heartbeats keep it honest.
+        let mut all = vec![("CONTEXT_OPS_EVENTS_HEARTBEAT_MS", "2000")];
         all.extend_from_slice(env);
         let mut serve = fx.env.spawn_with("serve", "serve", &all);
         serve.wait_healthy(Duration::from_secs(30)).await;
