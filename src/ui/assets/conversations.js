@@ -5,7 +5,17 @@
 
 import { fmtCount, time } from './widgets.js';
 
+/** Columns of numbers: right-aligned like their cells. */
+const NUMERIC = new Set(['Final score', 'Lexical', 'Messages', 'Rank', 'Recency', 'Sequence', 'Vector', 'Version']);
+
+/** A table's head row of column headers (numeric columns right-aligned). */
+export function headRow(el, names) {
+  return el('thead', {}, el('tr', {}, names.map((h) => el('th', { scope: 'col', class: NUMERIC.has(h) ? 'num' : null }, h))));
+}
+
 const AGENT_KEY = 'context-ops.agent';
+/** The most `conversations:list` is asked for (it has no cursor). */
+const LIST_LIMIT = 200;
 const PAGE_SIZES = [25, 50, 100, 200];
 const ROLES = ['user', 'assistant', 'tool', 'system', 'event'];
 
@@ -35,7 +45,7 @@ async function renderList(main, ctx) {
     sessionStorage.setItem(AGENT_KEY, agentId);
     results.replaceChildren(el('p', { class: 'muted' }, 'Loading…'));
     try {
-      const answer = await ctx.api('POST', ctx.paths.conversations, { agentId, limit: 200 });
+      const answer = await ctx.api('POST', ctx.paths.conversations, { agentId, limit: LIST_LIMIT });
       results.replaceChildren(el('div', { class: 'table-wrap' }, conversationTable(ctx, agentId, answer.items)));
     } catch (e) {
       results.replaceChildren(failureNote(ctx, e));
@@ -73,8 +83,8 @@ function conversationTable(ctx, agentId, items) {
   return el(
     'table',
     {},
-    el('caption', {}, `Conversations of agent ${agentId} (${fmtCount(items.length)}), most recently updated first`),
-    el('thead', {}, el('tr', {}, ['Conversation', 'Messages', 'Created', 'Updated'].map((h) => el('th', { scope: 'col' }, h)))),
+    el('caption', {}, `Conversations of agent ${agentId} (${fmtCount(items.length)}), most recently updated first${items.length >= LIST_LIMIT ? ' (the most shown at once)' : ''}`),
+    headRow(el, ['Conversation', 'Messages', 'Created', 'Updated']),
     el(
       'tbody',
       {},
@@ -162,7 +172,7 @@ function messageTable(ctx, items) {
     'table',
     {},
     el('caption', {}, 'Messages, oldest first'),
-    el('thead', {}, el('tr', {}, ['Sequence', 'Role', 'Message id', 'Created', 'Content'].map((h) => el('th', { scope: 'col' }, h)))),
+    headRow(el, ['Sequence', 'Role', 'Message id', 'Created', 'Content']),
     el(
       'tbody',
       {},

@@ -4,7 +4,7 @@
 // `GET entries/{id}/history`). The API has no listing of a tenant's entries, so the page
 // starts from a recall or an id — what an agent would be given is exactly what recall says.
 
-import { contentView, failureNote, routeId } from './conversations.js';
+import { contentView, failureNote, headRow, routeId } from './conversations.js';
 import { facts, fmtCount, time } from './widgets.js';
 
 const QUERY_KEY = 'context-ops.recall-query';
@@ -81,11 +81,7 @@ function recallTable(ctx, text, answer) {
     'table',
     {},
     el('caption', {}, `Recall for “${text}”: ${answer.items.length} result${answer.items.length === 1 ? '' : 's'}, best first, with the score breakdown`),
-    el(
-      'thead',
-      {},
-      el('tr', {}, ['Rank', 'Entry', 'Kind', 'Content', 'Lexical', 'Vector', 'Recency', 'Final score'].map((h) => el('th', { scope: 'col' }, h))),
-    ),
+    headRow(el, ['Rank', 'Entry', 'Kind', 'Content', 'Lexical', 'Vector', 'Recency', 'Final score']),
     el(
       'tbody',
       {},
@@ -144,7 +140,7 @@ function historyTable(ctx, items) {
     'table',
     {},
     el('caption', {}, `History: ${items.length} version${items.length === 1 ? '' : 's'}, oldest first`),
-    el('thead', {}, el('tr', {}, ['Version', 'Change', 'Reason', 'Status', 'Content', 'Updated'].map((h) => el('th', { scope: 'col' }, h)))),
+    headRow(el, ['Version', 'Change', 'Reason', 'Status', 'Content', 'Updated']),
     el(
       'tbody',
       {},
