@@ -14,8 +14,11 @@ const focused = (page) =>
     return { tag: a.tagName.toLowerCase(), text: (a.textContent || '').trim(), label: a.labels?.[0]?.textContent?.trim(), href: a.getAttribute('href'), ring };
   });
 
-/** Press Tab until `wanted(focused)` holds (at most `max` presses); returns what is focused. */
-async function tabTo(page, what, wanted, max = 30) {
+/**
+ * Press Tab until `wanted(focused)` holds, at most `max` times (a date-time box alone is
+ * several stops, and Tab wraps from the page's end to the navigation); returns what is focused.
+ */
+async function tabTo(page, what, wanted, max = 60) {
   for (let i = 0; i < max; i++) {
     await page.keyboard.press('Tab');
     const f = await focused(page);
