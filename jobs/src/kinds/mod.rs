@@ -13,6 +13,7 @@ pub mod import;
 pub mod inference;
 pub mod rebuild_vector;
 pub mod retention;
+pub mod shown;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

@@ -16,6 +16,7 @@ pub mod listing;
 pub mod long_poll;
 pub mod messages;
 pub mod non_api;
+pub mod operation_request;
 pub mod operations;
 pub mod recall;
 pub mod submissions;
@@ -36,6 +37,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .merge(submissions::routes())
         .merge(operations::routes())
         .merge(long_poll::routes())
+        .merge(operation_request::routes())
         .merge(events::routes())
         .merge(listing::routes())
         .merge(controls::routes())

@@ -12,6 +12,7 @@ export const PATHS = {
   operationsEvents: '/internal/v1/context/operations/events',
   bulk: '/internal/v1/context/operations/bulk',
   operation: (id) => `/internal/v1/context/operations/${encodeURIComponent(id)}`,
+  operationRequest: (id) => `/internal/v1/context/operations/${encodeURIComponent(id)}/request`,
   operationEvents: (id) => `/internal/v1/context/operations/${encodeURIComponent(id)}/events`,
   cancel: (id) => `/internal/v1/context/operations/${encodeURIComponent(id)}/cancel`,
   retry: (id) => `/internal/v1/context/operations/${encodeURIComponent(id)}/retry`,

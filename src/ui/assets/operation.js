@@ -5,8 +5,9 @@
 // credential (POST …/export-artifacts/chunk), checks its digest and saves it through a Blob
 // URL: a credential never goes into a URL.
 //
-// The operation's view (`GET …/operations/{id}`) does not carry the submitted request, so
-// this page cannot show it (and so never shows anything secret a request might hold).
+// The submitted request comes from `GET …/operations/{id}/request`, already shaped by the
+// service (bounded, records summarised, nothing secret); it is read once, since a request
+// never changes, and drawn as nested lists of its fields.
 
 import { ApiFailure } from './api.js';
 import { TERMINAL, facts, fmtCount, fmtDuration, progressBar, stateBadge, time } from './widgets.js';
@@ -50,6 +51,47 @@ async function download(ctx, artifactId, report) {
   a.remove();
   setTimeout(() => URL.revokeObjectURL(url), 60000);
   return { bytes: offset, checked: Boolean(actual) };
+}
+
+/** A shown text (`{text, bytes, truncated}`) from the request's shape. */
+function isShownText(v) {
+  return v && typeof v === 'object' && !Array.isArray(v) && typeof v.text === 'string' && typeof v.truncated === 'boolean' && Object.keys(v).length === 3;
+}
+
+/** A JSON value drawn readably: objects as term lists, arrays as lists, texts as blocks. */
+function jsonView(el, value) {
+  if (value === null || value === undefined) return el('span', { class: 'muted' }, 'none');
+  if (isShownText(value)) {
+    if (!value.text) return el('span', { class: 'muted' }, 'empty');
+    return el(
+      'div',
+      {},
+      el('pre', { class: 'json' }, value.text),
+      value.truncated ? el('p', { class: 'muted' }, `Cut: the first ${fmtCount(new TextEncoder().encode(value.text).length)} of ${fmtCount(value.bytes)} bytes.`) : null,
+    );
+  }
+  if (Array.isArray(value)) {
+    if (!value.length) return el('span', { class: 'muted' }, 'none');
+    return el('ul', { class: 'json-list' }, value.map((v) => el('li', {}, jsonView(el, v))));
+  }
+  if (typeof value === 'object') {
+    const keys = Object.keys(value);
+    if (!keys.length) return el('span', { class: 'muted' }, 'none');
+    return el('dl', { class: 'facts' }, keys.map((k) => [el('dt', {}, k), el('dd', {}, jsonView(el, value[k]))]));
+  }
+  return el('code', {}, String(value));
+}
+
+/** The operation's request section, filled once from its own route. */
+async function drawRequest(ctx, section, id) {
+  const { el } = ctx;
+  const title = el('h2', { id: 'request-title' }, 'Request');
+  try {
+    const shown = await ctx.api('GET', ctx.paths.operationRequest(id));
+    section.replaceChildren(title, el('div', { class: 'panel' }, jsonView(el, shown.request)));
+  } catch (e) {
+    section.replaceChildren(title, el('p', { class: 'muted' }, `The request could not be read (${e.message}).`));
+  }
 }
 
 function attemptsTable(el, attempts) {
@@ -101,6 +143,7 @@ export async function render(main, params, ctx) {
   const actions = el('div', { class: 'actions' });
   const details = el('section', { 'aria-labelledby': 'details-title' });
   const problem = el('section');
+  const request = el('section', { 'aria-labelledby': 'request-title' });
   const result = el('section');
   const artifact = el('section');
   const attempts = el('section', { 'aria-labelledby': 'attempts-title' });
@@ -112,6 +155,7 @@ export async function render(main, params, ctx) {
     actions,
     actionStatus,
     details,
+    request,
     problem,
     result,
     artifact,
@@ -218,7 +262,6 @@ export async function render(main, params, ctx) {
         op.notBeforeMs && ['Not before', time(op.notBeforeMs)],
         ['Lease holder', op.leaseOwner ? el('span', { class: 'mono' }, op.leaseOwner) : '—'],
         ['Version', String(op.version)],
-        ['Request', el('span', { class: 'muted' }, 'not shown: the operation’s view does not include the submitted request')],
       ]),
     );
     problem.replaceChildren(
@@ -232,6 +275,7 @@ export async function render(main, params, ctx) {
     drawArtifact();
   }
   draw(op);
+  drawRequest(ctx, request, id);
 
   // A busy operation changes hundreds of times a second: draw the newest state at most
   // once per frame, so the page (and its buttons) stay responsive.

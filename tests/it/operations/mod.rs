@@ -1,7 +1,8 @@
 //! The operations engine over real HTTP on both backends: submit → poll → succeeded for
 //! delete and retention, cancel (`lifecycle`); idempotency, ETag/304, long-poll, tenant
 //! walls and forget on queued operations (`queued`); listing, bad input, maintenance
-//! status and metrics (`listing`); the retention sweep (`sweep`).
+//! status and metrics (`listing`); the retention sweep (`sweep`); an operation's shown
+//! request on every kind (`request`).
 
 use context_jobs::contract::{
     CONTEXT_OPERATIONS_PATH as OPS, CONVERSATION_DELETE_PATH as DELETE, RETENTION_PATH as RETENTION,
@@ -12,6 +13,7 @@ use crate::harness::{TestApp, message};
 mod lifecycle;
 mod listing;
 mod queued;
+mod request;
 mod sweep;
 
 /// `n` messages in `conversation`, appended in batches of 500.
