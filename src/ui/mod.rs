@@ -51,6 +51,9 @@ pub const ASSETS: &[Asset] = assets![
     "operations.js",
     "operation.js",
     "controls.js",
+    "conversations.js",
+    "entries.js",
+    "export_form.js",
 ];
 
 /// The content type a file is served with, by its extension.

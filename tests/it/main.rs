@@ -31,5 +31,6 @@ mod recall;
 mod recall_quality;
 mod scheduling;
 mod startup;
+mod ui;
 mod ui_assets;
 mod vectors;

@@ -18,6 +18,12 @@ export const PATHS = {
   retry: (id) => `/internal/v1/context/operations/${encodeURIComponent(id)}/retry`,
   artifact: (id) => `/internal/v1/context/export-artifacts/${encodeURIComponent(id)}`,
   artifactChunk: '/internal/v1/context/export-artifacts/chunk',
+  exports: '/internal/v1/context/exports',
+  conversations: '/internal/v1/context/conversations:list',
+  messagesPage: '/internal/v1/context/messages',
+  recall: '/internal/v1/context/recall',
+  entryGet: '/internal/v1/context/entries/get',
+  entryHistory: (id) => `/internal/v1/context/entries/${encodeURIComponent(id)}/history`,
 };
 
 const TOKEN_KEY = 'context-ops.credential';

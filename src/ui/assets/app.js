@@ -9,6 +9,8 @@ import * as overview from './overview.js';
 import * as operations from './operations.js';
 import * as operation from './operation.js';
 import * as controls from './controls.js';
+import * as conversations from './conversations.js';
+import * as entries from './entries.js';
 
 /** `pattern` matches the hash's path; its named groups are the page's params. */
 const ROUTES = [
@@ -16,6 +18,10 @@ const ROUTES = [
   { pattern: /^\/operations$/, module: operations, title: 'Operations' },
   { pattern: /^\/operations\/(?<id>[0-9A-Za-z]{26})$/, module: operation, title: 'Operation' },
   { pattern: /^\/controls$/, module: controls, title: 'Controls', admin: true },
+  { pattern: /^\/conversations$/, module: conversations, title: 'Conversations' },
+  { pattern: /^\/conversations\/(?<id>[^/]+)$/, module: conversations, title: 'Conversation' },
+  { pattern: /^\/entries$/, module: entries, title: 'Entries' },
+  { pattern: /^\/entries\/(?<id>[^/]+)$/, module: entries, title: 'Entry' },
 ];
 
 /** The navigation links, in order. */
@@ -23,6 +29,8 @@ const NAV = [
   { href: '#/overview', label: 'Overview' },
   { href: '#/operations', label: 'Operations' },
   { href: '#/controls', label: 'Controls', admin: true },
+  { href: '#/conversations', label: 'Conversations' },
+  { href: '#/entries', label: 'Entries' },
 ];
 
 const main = document.getElementById('main');

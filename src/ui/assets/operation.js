@@ -221,7 +221,13 @@ export async function render(main, params, ctx) {
     drawActions();
   }
 
+  let actionsShown = null;
   function drawActions() {
+    // Only when the offered actions change: a running operation's stream of progress
+    // events must not keep replacing the buttons under the user's pointer.
+    const offered = `${op.state}.${Boolean(op.artifactRef)}`;
+    if (offered === actionsShown) return;
+    actionsShown = offered;
     const buttons = [];
     if (!TERMINAL.has(op.state)) buttons.push(el('button', { type: 'button', class: 'danger', on: { click: cancel } }, 'Cancel operation'));
     if (op.state === 'failed' || op.state === 'cancelled') buttons.push(el('button', { type: 'button', on: { click: retry } }, 'Retry operation'));
@@ -271,12 +277,26 @@ export async function render(main, params, ctx) {
   draw(op);
   drawRequest(ctx, request, id);
 
+  // A busy operation changes hundreds of times a second: draw the newest state at most
+  // once per frame, so the page (and its buttons) stay responsive.
+  let pending = null;
+  function drawSoon(next) {
+    const scheduled = pending !== null;
+    if (!scheduled || next.version >= pending.version) pending = next;
+    if (scheduled) return;
+    requestAnimationFrame(() => {
+      const latest = pending;
+      pending = null;
+      draw(latest);
+    });
+  }
+
   let stop = null;
   function follow() {
     if (stop) stop();
     stop = ctx.stream(
       paths.operationEvents(id),
-      (next) => draw(next),
+      drawSoon,
       (state) => {
         live.textContent =
           state === 'open' ? 'Live.' : state === 'ended' ? (TERMINAL.has(op.state) ? 'Finished.' : '') : state === 'failed' ? 'Live updates are unavailable; reload to refresh.' : 'Reconnecting…';

@@ -5,6 +5,7 @@
 // operation's state and progress change in place, and on the first page a new matching
 // operation is added at the top.
 
+import { exportForm } from './export_form.js';
 import { KINDS, STATES, fmtCount, progressBar, stateBadge, time } from './widgets.js';
 
 const PAGE = 50;
@@ -143,7 +144,7 @@ export async function render(main, params, ctx) {
     page.nextCursor ? el('a', { href: `#/operations?${more}` }, 'Older operations') : null,
   );
   const live = el('p', { class: 'live', role: 'status' });
-  main.append(el('h1', {}, 'Operations'), form, live, el('div', { class: 'table-wrap' }, table), empty, pager);
+  main.append(el('h1', {}, 'Operations'), form, live, el('div', { class: 'table-wrap' }, table), empty, pager, exportForm(ctx));
 
   const streamQuery = ctx.query({ kind: f.kind, tenant: f.tenant });
   const stop = ctx.stream(
