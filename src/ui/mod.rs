@@ -19,6 +19,8 @@ use crate::http::error::api_error_response;
 
 /// The dashboard's page (`index.html`).
 pub const UI_PATH: &str = "/ui";
+/// The page again, as a browser or a proxy may spell it (a bookmark of `/ui/`).
+pub const UI_SLASH_PATH: &str = "/ui/";
 /// One of its files, by name (`/ui/app.js`).
 pub const UI_ASSET_PATH: &str = "/ui/{file}";
 
@@ -74,7 +76,7 @@ pub fn asset(name: &str) -> Option<&'static Asset> {
 
 /// `/ui` and `/ui/{file}` (public; listed in `http::routes::non_api`).
 pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
-    Router::new().route(UI_PATH, get(index)).route(UI_ASSET_PATH, get(file))
+    Router::new().route(UI_PATH, get(index)).route(UI_SLASH_PATH, get(index)).route(UI_ASSET_PATH, get(file))
 }
 
 async fn index() -> Response {

@@ -128,6 +128,9 @@ async fn unknown_files_are_api_errors() {
         assert_eq!(body["status"], 404, "{path}: {body}");
         assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{path}: {body}");
     }
+    let slash = app.client.get(app.url("/ui/")).send().await.unwrap();
+    assert_eq!(slash.status().as_u16(), 200, "/ui/ is the page too");
+    assert!(slash.text().await.unwrap().contains("/ui/app.js"));
     let (status, body) = crate::harness::read(app.client.post(app.url(UI_PATH)).send().await.unwrap()).await;
     assert_eq!((status, body["status"].as_u64()), (405, Some(405)), "{body}");
     app.stop().await;

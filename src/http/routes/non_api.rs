@@ -15,6 +15,7 @@ pub const NON_API_ROUTES: &[(&str, &str)] = &[
         "Prometheus text exposition for scrapers (behind the API's auth, or public on CONTEXT_OPS_METRICS_BIND)",
     ),
     (crate::ui::UI_PATH, "the dashboard's page: static HTML; its data comes from API calls with the user's credential"),
+    (crate::ui::UI_SLASH_PATH, "the dashboard's page under its other spelling"),
     (crate::ui::UI_ASSET_PATH, "the dashboard's embedded scripts and stylesheet: static files, no data"),
 ];
 
