@@ -3,7 +3,7 @@
 // messages page by page, oldest first (`POST /internal/v1/context/messages`, cursor-paged,
 // optionally by role). Handy for seeing exactly what an agent will be given.
 
-import { fmtCount, time } from './widgets.js';
+import { fmtCount, openByIdForm, time } from './widgets.js';
 
 /** Columns of numbers: right-aligned like their cells. */
 const NUMERIC = new Set(['Final score', 'Lexical', 'Messages', 'Rank', 'Recency', 'Sequence', 'Vector', 'Version']);
@@ -57,17 +57,10 @@ async function renderList(main, ctx) {
     el('div', { class: 'field' }, el('label', { for: 'conv-agent' }, 'Agent id'), agent),
     el('button', { type: 'submit' }, 'List conversations'),
   );
-  const convId = el('input', { id: 'conv-id', name: 'conversation', required: true, autocomplete: 'off' });
-  const byId = el(
-    'form',
-    {
-      class: 'panel row',
-      'aria-label': 'Open a conversation by id',
-      on: { submit: (e) => { e.preventDefault(); if (convId.value.trim()) location.hash = `#/conversations/${encodeURIComponent(convId.value.trim())}`; } },
-    },
-    el('div', { class: 'field' }, el('label', { for: 'conv-id' }, 'Conversation id'), convId),
-    el('button', { type: 'submit' }, 'Open conversation'),
-  );
+  const byId = openByIdForm({
+    id: 'conv-id', name: 'conversation', label: 'Conversation id', formLabel: 'Open a conversation by id',
+    button: 'Open conversation', route: 'conversations',
+  });
   main.replaceChildren(
     el('h1', {}, 'Conversations'),
     el('p', { class: 'muted' }, 'Read-only. Conversations are listed per agent (the agent id of their messages’ scope).'),

@@ -5,7 +5,7 @@
 // starts from a recall or an id — what an agent would be given is exactly what recall says.
 
 import { contentView, failureNote, headRow, routeId } from './conversations.js';
-import { facts, fmtCount, time } from './widgets.js';
+import { facts, fmtCount, openByIdForm, time } from './widgets.js';
 
 const QUERY_KEY = 'context-ops.recall-query';
 
@@ -40,17 +40,10 @@ export async function render(main, params, ctx) {
     el('button', { type: 'submit' }, 'Recall'),
   );
 
-  const idBox = el('input', { id: 'entry-id', name: 'entry', required: true, autocomplete: 'off', value: entryId || '' });
-  const idForm = el(
-    'form',
-    {
-      class: 'panel row',
-      'aria-label': 'Show an entry by id',
-      on: { submit: (e) => { e.preventDefault(); if (idBox.value.trim()) location.hash = `#/entries/${encodeURIComponent(idBox.value.trim())}`; } },
-    },
-    el('div', { class: 'field' }, el('label', { for: 'entry-id' }, 'Entry id'), idBox),
-    el('button', { type: 'submit' }, 'Show entry'),
-  );
+  const idForm = openByIdForm({
+    id: 'entry-id', name: 'entry', label: 'Entry id', formLabel: 'Show an entry by id',
+    button: 'Show entry', route: 'entries', value: entryId || '',
+  });
 
   main.replaceChildren(
     el('h1', {}, 'Entries'),

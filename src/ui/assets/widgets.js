@@ -182,3 +182,19 @@ export function throttle(fn, ms) {
     }, ms);
   };
 }
+
+// A one-field form that opens `#/{route}/{the id typed}`: the by-id boxes of the browse
+// pages. `value` pre-fills it.
+export function openByIdForm({ id, name, label, formLabel, button, route, value = '' }) {
+  const box = el('input', { id, name, required: true, autocomplete: 'off', value });
+  const open = (e) => {
+    e.preventDefault();
+    if (box.value.trim()) location.hash = `#/${route}/${encodeURIComponent(box.value.trim())}`;
+  };
+  return el(
+    'form',
+    { class: 'panel row', 'aria-label': formLabel, on: { submit: open } },
+    el('div', { class: 'field' }, el('label', { for: id }, label), box),
+    el('button', { type: 'submit' }, button),
+  );
+}
