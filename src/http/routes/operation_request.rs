@@ -14,7 +14,6 @@ use crate::http::extract::IdPath;
 use crate::http::openapi::errors::{NotFound, ParamErrors};
 use context_jobs::contract::schema::Ulid;
 use context_jobs::ids::OperationId;
-use context_jobs::kinds::OperationRequest;
 use context_jobs::kinds::shown::ShownRequest;
 
 pub const OPERATION_REQUEST_PATH: &str = "/internal/v1/context/operations/{id}/request";
@@ -45,7 +44,6 @@ async fn get_request(
 ) -> ApiResult<ApiJson<ShownRequest>> {
     let op = load(&state, &caller, &id).await?;
     // A stored request that no longer decodes is this service's fault, not the caller's.
-    let request: OperationRequest = serde_json::from_str(&op.request)
-        .map_err(|e| AppError::Internal(anyhow::anyhow!("operation {id}: stored request does not decode: {e}")))?;
+    let request = op.request().map_err(|e| AppError::Internal(anyhow::anyhow!("operation {id}: {e}")))?;
     Ok(ApiJson(ShownRequest::from(&request)))
 }
