@@ -26,7 +26,9 @@
 //! default `sslmode=disable`: on loopback TLS protects nothing, and sqlx leaves Nagle's
 //! algorithm on, so with TLS large statements stall on delayed ACKs — set it to `""` to
 //! measure that too), `BENCH_REDIS_URL` (default `TEST_REDIS_URL` or
-//! `redis://127.0.0.1:6379`).
+//! `redis://127.0.0.1:6379`), `BENCH_RUST_LOG` (the service's log filter, default `warn`;
+//! `context_ops=debug` logs the export pipeline's waits and each import batch's write time
+//! to `$TMPDIR/context-ops-bench-artifacts.log`).
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -178,7 +180,7 @@ fn start_service(database_url: &str, redis_url: &str) -> anyhow::Result<Service>
         .env("CONTEXT_OPS_BIND", format!("127.0.0.1:{port}"))
         .env("CONTEXT_OPS_RETENTION_SWEEP_SECS", "0")
         .env("CONTEXT_OPS_PROJECTOR_INTERVAL_MS", "0")
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", std::env::var("BENCH_RUST_LOG").unwrap_or_else(|_| "warn".into()))
         .stdin(Stdio::null())
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))

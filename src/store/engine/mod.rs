@@ -205,6 +205,15 @@ impl Db {
                 .min_connections(max_connections.min(WARM_CONNECTIONS))
                 .acquire_timeout(pg_acquire_timeout)
                 .after_connect(|conn, _| Box::pin(nodelay::disable_nagle(conn)))
+                // sqlx grows a connection's buffers to its largest message and keeps them:
+                // after an export's chunk commits (4 MiB of parameters) or an import batch,
+                // every pooled connection would hold megabytes for the rest of its life.
+                .after_release(|conn, _| {
+                    Box::pin(async move {
+                        conn.shrink_buffers();
+                        Ok(true)
+                    })
+                })
                 .connect_with(options)
                 .await
                 .with_context(|| format!("cannot connect to PostgreSQL at {shown}"))?;

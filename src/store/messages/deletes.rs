@@ -19,15 +19,16 @@ pub async fn first_after(tx: &mut Tx, tenant: &TenantKey, conversation: &str, af
         .await?)
 }
 
-/// Delete the messages with sequences in `first..=end`; whether any message is left after
-/// `end`. The conversation's count is not adjusted (see [`adjust_count`]).
+/// Delete the messages with sequences in `first..=end`; how many, and the first sequence
+/// left after `end` (where the next batch starts), if any. The conversation's count is not
+/// adjusted (see [`adjust_count`]).
 pub async fn delete_range(
     tx: &mut Tx,
     tenant: &TenantKey,
     conversation: &str,
     first: i64,
     end: i64,
-) -> StoreResult<(i64, bool)> {
+) -> StoreResult<(i64, Option<i64>)> {
     let deleted =
         query("DELETE FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence >= $3 AND sequence <= $4")
             .bind(tenant.as_str())
@@ -36,16 +37,8 @@ pub async fn delete_range(
             .bind(end)
             .execute(&mut *tx)
             .await? as i64;
-    let more: Option<i64> = query(
-        "SELECT sequence FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence > $3 \
-         ORDER BY sequence LIMIT 1",
-    )
-    .bind(tenant.as_str())
-    .bind(conversation)
-    .bind(end)
-    .fetch_optional_scalar(&mut *tx)
-    .await?;
-    Ok((deleted, more.is_some()))
+    let next = first_after(tx, tenant, conversation, end).await?;
+    Ok((deleted, next))
 }
 
 /// `message_count -= deleted`.
