@@ -28,7 +28,8 @@ pub async fn delete(redis: &str, server: &str, n: i64) -> anyhow::Result<(f64, f
     let done = wait_terminal(&client, &base, None, op, Duration::from_secs(600)).await?;
     let ours = started.elapsed().as_secs_f64();
     anyhow::ensure!(done["state"] == json!("succeeded"), "delete ended {done}");
-    let server_side = (done["updatedAtMs"].as_i64().unwrap_or(0) - done["createdAtMs"].as_i64().unwrap_or(0)) as f64 / 1e3;
+    let server_side =
+        (done["updatedAtMs"].as_i64().unwrap_or(0) - done["createdAtMs"].as_i64().unwrap_or(0)) as f64 / 1e3;
     sqlx::query("CHECKPOINT").execute(&pool).await?;
     let started = Instant::now();
     let deleted = sqlx::query("DELETE FROM messages WHERE tenant = 'default/default' AND conversation_id = 'baseline'")
