@@ -61,8 +61,8 @@ pub async fn seed(pool: &sqlx::PgPool, conversation: &str, n: i64) -> anyhow::Re
     .execute(pool)
     .await?;
     // Hint bits, visibility map and statistics set now: otherwise whichever side reads fresh
-    // rows first pays for it, and autovacuum may do it for the other side meanwhile (the
-    // delete figure's spread came from that).
+    // rows first pays for setting them (and autovacuum, where it is on, may do it for the
+    // other side meanwhile).
     sqlx::query("VACUUM ANALYZE messages").execute(pool).await?;
     Ok(())
 }

@@ -254,6 +254,60 @@ async fn health_and_metrics(app: TestApp) {
     assert!(text.contains("context_ops_http_request_duration_seconds_bucket"), "latency histogram");
 }
 
+/// Batches of 32 or more messages for one conversation take PostgreSQL's bulk path (binary
+/// `COPY`): every column round-trips as the row-by-row path stores it, and a batch mixing
+/// stored and new ids skips exactly the stored ones (the bulk attempt fails on the key and
+/// falls back), on both engines.
+async fn bulk_appends_store_every_column_and_skip_existing_ids(app: TestApp) {
+    let record = |i: usize| {
+        let base = message("bulk", &format!("b{i:03}"), if i.is_multiple_of(2) { "user" } else { "tool" }, "");
+        ConversationRecord {
+            content: if i.is_multiple_of(3) {
+                json!(format!("Text {i}: Ünïcode\ttab"))
+            } else {
+                json!([{"type": "text", "text": format!("part {i}")}])
+            },
+            name: (i.is_multiple_of(4)).then(|| format!("name-{i}")),
+            tool_call_id: (!i.is_multiple_of(2)).then(|| format!("call-{i}")),
+            created_at_ms: if i.is_multiple_of(5) { 1_700_000_000_000 + i as i64 } else { 0 },
+            metadata: if i.is_multiple_of(7) { json!({"i": i, "nested": {"ok": true}}) } else { Value::Null },
+            ..base
+        }
+    };
+    let first: Vec<ConversationRecord> = (0..40).map(record).collect();
+    assert_eq!(app.append_records(&first).await, AppendResponse { appended: 40, skipped: 0 });
+    // 40 stored ids again, plus 60 new ones: only the new ones are appended, in order.
+    let second: Vec<ConversationRecord> = (0..100).map(record).collect();
+    assert_eq!(app.append_records(&second).await, AppendResponse { appended: 60, skipped: 40 });
+    // All new again, on a conversation that has messages: the bulk path's common case.
+    let third: Vec<ConversationRecord> = (100..150).map(record).collect();
+    assert_eq!(app.append_records(&third).await, AppendResponse { appended: 50, skipped: 0 });
+
+    let (status, body) = app.post(RECENT, &json!({"scope": {"conversationId": "bulk"}, "limit": 200})).await;
+    assert_eq!(status, 200, "{body}");
+    let items = body["items"].as_array().unwrap();
+    assert_eq!(items.len(), 150);
+    for (n, item) in items.iter().enumerate() {
+        let want = record(n);
+        assert_eq!(item["id"], want.id.as_str());
+        assert_eq!(item["sequence"], n as i64 + 1);
+        assert_eq!(item["role"], want.role.as_str());
+        assert_eq!(item["content"], want.content, "{item}");
+        assert_eq!(item.get("name").and_then(Value::as_str), want.name.as_deref(), "{item}");
+        assert_eq!(item.get("toolCallId").and_then(Value::as_str), want.tool_call_id.as_deref(), "{item}");
+        assert_eq!(item.get("metadata").cloned().unwrap_or(Value::Null), want.metadata, "{item}");
+        if want.created_at_ms > 0 {
+            assert_eq!(item["createdAtMs"], want.created_at_ms);
+        }
+        assert_eq!(item["scope"], json!({"conversationId": "bulk"}));
+    }
+    // The stored search text is the same folded text the small-batch path writes.
+    let (status, body) =
+        app.post(SEARCH, &json!({"scope": {"conversationId": "bulk"}, "query": "ünïcode", "limit": 200})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(ids(&body).len(), 50, "every third message: {body}");
+}
+
 backend_tests!(
     append_assigns_sequences_and_is_idempotent,
     recent_limits_roles_and_clamps,
@@ -264,4 +318,5 @@ backend_tests!(
     conversations_list_per_agent,
     concurrent_appends_get_strictly_increasing_sequences,
     health_and_metrics,
+    bulk_appends_store_every_column_and_skip_existing_ids,
 );

@@ -1,5 +1,5 @@
 //! PostgreSQL's binary `COPY` format, written into a buffer: the bulk path for rows that
-//! need no conflict handling (new vectors). `COPY` inserts a page's worth of tuples per
+//! need no conflict handling (new vectors, new messages). `COPY` inserts a page's worth of tuples per
 //! WAL record where `INSERT … SELECT` logs one per row.
 
 /// One `COPY … FROM STDIN (FORMAT binary)` payload.
@@ -30,6 +30,17 @@ impl CopyBinary {
         self
     }
 
+    /// A nullable `text` field.
+    pub fn opt_bytes(&mut self, value: Option<&[u8]>) -> &mut Self {
+        match value {
+            Some(value) => self.bytes(value),
+            None => {
+                self.buf.extend_from_slice(&(-1i32).to_be_bytes());
+                self
+            }
+        }
+    }
+
     /// A `bigint` field.
     pub fn int8(&mut self, value: i64) -> &mut Self {
         self.bytes(&value.to_be_bytes())
@@ -54,13 +65,14 @@ mod tests {
     #[test]
     fn writes_the_binary_copy_layout() {
         let mut copy = CopyBinary::new(0);
-        copy.row(3).bytes(b"ab").int8(-2).int4(7);
+        copy.row(4).bytes(b"ab").int8(-2).int4(7).opt_bytes(None);
         let out = copy.finish();
         assert_eq!(&out[..11], b"PGCOPY\n\xff\r\n\0");
         assert_eq!(&out[11..19], &[0; 8]);
-        let mut row = vec![0, 3, 0, 0, 0, 2, b'a', b'b', 0, 0, 0, 8];
+        let mut row = vec![0, 4, 0, 0, 0, 2, b'a', b'b', 0, 0, 0, 8];
         row.extend_from_slice(&(-2i64).to_be_bytes());
-        row.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff]);
+        // int4 7, then NULL (length -1), then the trailer (-1 as int16).
+        row.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
         assert_eq!(&out[19..], row.as_slice());
     }
 }

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use sqlx::AssertSqlSafe;
 
+use crate::store::engine::pg_copy::CopyBinary;
 use crate::store::{Db, StoreError, StoreResult, Tx, json_column, now_ms, placeholders, query, row_placeholders};
 use context_jobs::contract::{AppendResponse, ConversationRecord, content_text, search_fold};
 use context_jobs::ids::TenantKey;
@@ -234,10 +235,11 @@ impl MessageRows for sqlx::PgConnection {
         now: i64,
         rows: &[&ConversationRecord],
     ) -> Result<(), sqlx::Error> {
-        // One statement whatever the row count: each column is one array parameter. Not
-        // `COPY … FROM STDIN`: sqlx leaves Nagle's algorithm on, so the small CopyDone
-        // written after the data waits for the server's delayed ACK (~40 ms a statement).
         let cols: Vec<Columns<'_>> = rows.iter().map(|r| columns(r, now)).collect();
+        if cols.len() >= PG_COPY_MIN_ROWS {
+            return copy_messages(self, tenant, conversation, first_sequence, &cols).await;
+        }
+        // One statement whatever the row count: each column is one array parameter.
         let sequences: Vec<i64> = (0..cols.len() as i64).map(|i| first_sequence + i).collect();
         let sql = format!(
             "INSERT INTO messages ({COLUMN_LIST}) SELECT $1, $2, * FROM UNNEST($3::text[], $4::int8[], $5::text[], \
@@ -260,6 +262,45 @@ impl MessageRows for sqlx::PgConnection {
             .await?;
         Ok(())
     }
+}
+
+/// From this many rows a PostgreSQL insert goes by binary `COPY`, which logs a page of
+/// tuples per WAL record where `INSERT … SELECT` logs one per row (import batches wrote
+/// ~2x slower than `COPY` into the same table). Below it the prepared `INSERT` wins: `COPY`
+/// costs an extra round trip (the server's `CopyInResponse`) and a parse per statement.
+const PG_COPY_MIN_ROWS: usize = 32;
+
+/// `COPY` `cols` into messages, sequences from `first_sequence`. A duplicate id fails the
+/// statement with 23505, as the `INSERT` would.
+async fn copy_messages(
+    conn: &mut sqlx::PgConnection,
+    tenant: &str,
+    conversation: &str,
+    first_sequence: i64,
+    cols: &[Columns<'_>],
+) -> Result<(), sqlx::Error> {
+    let bytes: usize = cols.iter().map(|c| c.content.len() + c.search_text.len() + c.scope.len() + 96).sum();
+    let mut copy = CopyBinary::new(bytes);
+    for (i, c) in cols.iter().enumerate() {
+        copy.row(12)
+            .bytes(tenant.as_bytes())
+            .bytes(conversation.as_bytes())
+            .bytes(c.id.as_bytes())
+            .int8(first_sequence + i as i64)
+            .bytes(c.role.as_bytes())
+            .bytes(c.scope.as_bytes())
+            .bytes(c.content.as_bytes())
+            .bytes(c.search_text.as_bytes())
+            .opt_bytes(c.name.map(str::as_bytes))
+            .opt_bytes(c.tool_call_id.map(str::as_bytes))
+            .int8(c.created_at_ms)
+            .opt_bytes(c.metadata.as_deref().map(str::as_bytes));
+    }
+    let sql = format!("COPY messages ({COLUMN_LIST}) FROM STDIN (FORMAT binary)");
+    let mut sink = conn.copy_in_raw(&sql).await?;
+    sink.send(copy.finish()).await?;
+    sink.finish().await?;
+    Ok(())
 }
 
 /// SQLite binds at most 32,766 parameters per statement: stay well below it.
