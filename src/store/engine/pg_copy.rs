@@ -1,6 +1,6 @@
 //! PostgreSQL's binary `COPY` format, written into a buffer: the bulk path for rows that
-//! need no conflict handling (new vectors, new messages). `COPY` inserts a page's worth of tuples per
-//! WAL record where `INSERT … SELECT` logs one per row.
+//! need no conflict handling (new vectors, new messages). `COPY` inserts a page's worth of
+//! tuples per WAL record where `INSERT … SELECT` logs one per row.
 
 /// One `COPY … FROM STDIN (FORMAT binary)` payload.
 pub struct CopyBinary {
