@@ -44,7 +44,7 @@ pub async fn insert_chunks(tx: &mut Tx, id: &ArtifactId, chunks: &[(u64, Vec<u8>
             .await?;
     }
     // The connection's buffers grew to a chunk; give that back now rather than only when
-    // the pool gets the connection back (`Db::connect`'s release hook): the commit may still
+    // the pool gets the connection back (`Db::connect_with`'s release hook): the commit may still
     // wait for the one before it while holding this connection.
     match tx {
         Tx::Postgres(c) => sqlx::Connection::shrink_buffers(&mut **c),
