@@ -333,6 +333,11 @@ const POSTGRES_MIGRATIONS: MigrationSet = &[
     (8, "queue_control", include_str!("../../../migrations/postgres/0008_queue_control.sql")),
     (9, "operation_changes", include_str!("../../../migrations/postgres/0009_operation_changes.sql")),
     (11, "changes_on_redis", include_str!("../../../migrations/postgres/0011_changes_on_redis.sql")),
+    (
+        12,
+        "artifact_chunk_compression",
+        include_str!("../../../migrations/postgres/0012_artifact_chunk_compression.sql"),
+    ),
 ];
 
 const SQLITE_MIGRATIONS: MigrationSet = &[
@@ -346,6 +351,7 @@ const SQLITE_MIGRATIONS: MigrationSet = &[
     (8, "queue_control", include_str!("../../../migrations/sqlite/0008_queue_control.sql")),
     (9, "operation_changes", include_str!("../../../migrations/sqlite/0009_operation_changes.sql")),
     (11, "changes_on_redis", include_str!("../../../migrations/sqlite/0011_changes_on_redis.sql")),
+    (12, "artifact_chunk_compression", include_str!("../../../migrations/sqlite/0012_artifact_chunk_compression.sql")),
 ];
 
 #[cfg(test)]

@@ -96,6 +96,25 @@ async fn export_progress_starts_at_the_expected_total(app: TestApp) {
         assert_eq!(*total, expected, "every exporting snapshot: {exporting:?}");
         assert!(processed < total || *processed == expected, "{exporting:?}");
     }
+    chunks_are_compressed_on_postgres(&app, op.artifact_ref.as_deref().unwrap()).await;
+}
+
+/// PostgreSQL stores the chunks lz4-compressed (migration 12); SQLite as they are.
+async fn chunks_are_compressed_on_postgres(app: &TestApp, artifact: &str) {
+    let context_ops::store::Db::Postgres(pool) = app.db() else { return };
+    let methods: Vec<(Option<String>, i64, i32)> = sqlx::query_as(
+        "SELECT pg_column_compression(data), length, pg_column_size(data) FROM artifact_chunks WHERE artifact_id = $1",
+    )
+    .bind(artifact)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let full: Vec<_> = methods.iter().filter(|(_, length, _)| *length == 4096).collect();
+    assert!(full.len() > 10, "{methods:?}");
+    for (method, length, stored) in full {
+        assert_eq!(method.as_deref(), Some("lz4"), "{methods:?}");
+        assert!((*stored as i64) < length / 2, "{methods:?}");
+    }
 }
 
 backend_tests!(start = small_config; export_progress_starts_at_the_expected_total);
