@@ -20,6 +20,7 @@ mod pipeline;
 use super::{Job, Prepared, SubmitCtx, SubmitError};
 use crate::kinds::job::{Finish, JobCtx, JobError, encode};
 use crate::store::artifacts::{self, ArtifactRow};
+use crate::store::messages::StoredMessages;
 use crate::store::operations::Lease;
 use crate::store::operations::transitions::{self, Signals};
 use crate::store::{Db, StoreError, entries, messages};
@@ -72,13 +73,14 @@ async fn inline(
     entries: &[ContextInsight],
 ) -> Result<ImportResult, JobError> {
     let n = (messages.len() + entries.len()) as u64;
+    let rows: StoredMessages = messages.iter().collect();
     let mut checkpoint = ImportCheckpoint {
         messages_read: messages.len() as u64,
         entries_read: entries.len() as u64,
         done: true,
         ..Default::default()
     };
-    write_batch(&ctx.db, &ctx.lease, ctx.tenant(), messages, entries, &mut checkpoint, n).await?;
+    write_batch(&ctx.db, &ctx.lease, ctx.tenant(), &rows, entries, &mut checkpoint, n).await?;
     ctx.changes.committed(&ctx.operation.id, &ctx.operation.tenant);
     Ok((&checkpoint).into())
 }
@@ -172,7 +174,7 @@ async fn write_batch(
     db: &Db,
     lease: &Lease,
     tenant: &TenantKey,
-    messages: &[ConversationRecord],
+    messages: &StoredMessages,
     entries: &[ContextInsight],
     checkpoint: &mut ImportCheckpoint,
     total: u64,

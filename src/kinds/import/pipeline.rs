@@ -11,14 +11,17 @@ use super::{malformed, prepare, write_batch};
 use crate::kinds::job::{JobCtx, JobError};
 use crate::store::Db;
 use crate::store::artifacts::{ArtifactRow, ChunkReader};
+use crate::store::messages::StoredMessages;
 use crate::store::operations::transitions::Signals;
 use context_jobs::artifact::{Decoded, Decoder, Record};
-use context_jobs::contract::{ContextInsight, ConversationRecord};
+use context_jobs::contract::ContextInsight;
 use context_jobs::kinds::import::{ImportArgs, ImportCheckpoint};
 
 /// One batch of decoded records and where it ends.
+#[derive(Default)]
 pub(super) struct Batch {
-    pub(super) messages: Vec<ConversationRecord>,
+    /// Serialised here, off the writer's critical path.
+    pub(super) messages: StoredMessages,
     pub(super) entries: Vec<ContextInsight>,
     /// `(offset, line)` just past the batch's last record; `None` for an empty batch.
     pub(super) end: Option<(u64, u64)>,
@@ -27,7 +30,7 @@ pub(super) struct Batch {
 }
 
 /// Decode from the checkpoint's line boundary into batches of `batch_size` records; the
-/// final batch (possibly empty) says it is the last.
+/// final batch (possibly empty) says it is the last. A failure is sent instead of a batch.
 pub(super) fn spawn_decoder(
     ctx: &JobCtx,
     args: &ImportArgs,
@@ -44,39 +47,39 @@ pub(super) fn spawn_decoder(
     });
     let args = args.clone();
     tokio::spawn(async move {
-        let mut pending: Vec<Decoded> = Vec::new();
-        loop {
-            while pending.len() < batch
-                && let Some(d) = decoder.as_mut()
-            {
-                let fed = match pieces.recv().await {
-                    Some(Ok(piece)) => d.feed(&piece, &mut pending).map_err(malformed),
-                    Some(Err(e)) => Err(e),
-                    None => decoder.take().map(Decoder::finish).transpose().map(|_| ()).map_err(malformed),
-                };
-                if let Err(e) = fed {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
+        // Records are prepared and serialised as they are decoded, so a batch exists once,
+        // in its stored form (not also as decoded records).
+        let mut decoded: Vec<Decoded> = Vec::new();
+        let mut next = Batch::default();
+        while let Some(d) = decoder.as_mut() {
+            let fed = match pieces.recv().await {
+                Some(Ok(piece)) => d.feed(&piece, &mut decoded).map_err(malformed),
+                Some(Err(e)) => Err(e),
+                None => decoder.take().map(Decoder::finish).transpose().map(|_| ()).map_err(malformed),
+            };
+            if let Err(e) = fed {
+                let _ = tx.send(Err(e)).await;
+                return;
             }
-            let mut next = Batch { messages: Vec::new(), entries: Vec::new(), end: None, last: false };
-            for mut d in pending.drain(..pending.len().min(batch)) {
+            for mut d in decoded.drain(..) {
                 if let Err(e) = prepare(&args, &mut d) {
                     let _ = tx.send(Err(e)).await;
                     return;
                 }
                 next.end = Some((d.end_offset, d.line));
                 match d.record {
-                    Record::Message(m) => next.messages.push(m),
+                    Record::Message(m) => next.messages.push(&m),
                     Record::Entry(e) => next.entries.push(e),
                 }
-            }
-            next.last = decoder.is_none() && pending.is_empty();
-            let last = next.last;
-            if tx.send(Ok(next)).await.is_err() || last {
-                return;
+                if next.messages.len() + next.entries.len() >= batch
+                    && tx.send(Ok(std::mem::take(&mut next))).await.is_err()
+                {
+                    return;
+                }
             }
         }
+        next.last = true;
+        let _ = tx.send(Ok(next)).await;
     });
     rx
 }
@@ -107,7 +110,7 @@ pub(super) struct Write(tokio::task::JoinHandle<Result<(ImportCheckpoint, Signal
 impl Write {
     pub(super) fn spawn(
         ctx: &JobCtx,
-        messages: Vec<ConversationRecord>,
+        messages: StoredMessages,
         entries: Vec<ContextInsight>,
         checkpoint: ImportCheckpoint,
         total: u64,

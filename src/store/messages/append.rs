@@ -18,9 +18,10 @@ use std::collections::{BTreeMap, HashSet};
 
 use sqlx::AssertSqlSafe;
 
+use super::stored::{StoredMessage, StoredMessages};
 use crate::store::engine::pg_copy::CopyBinary;
-use crate::store::{Db, StoreError, StoreResult, Tx, json_column, now_ms, placeholders, query, row_placeholders};
-use context_jobs::contract::{AppendResponse, ConversationRecord, content_text, search_fold};
+use crate::store::{Db, StoreError, StoreResult, Tx, now_ms, placeholders, query, row_placeholders};
+use context_jobs::contract::{AppendResponse, ConversationRecord};
 use context_jobs::ids::TenantKey;
 
 const UPSERT_CONVERSATION_SQL: &str = "INSERT INTO conversations (tenant, conversation_id, agent_id, created_at_ms, updated_at_ms) \
@@ -33,13 +34,13 @@ const ADVANCE_CONVERSATION_SQL: &str = "UPDATE conversations SET next_sequence =
 
 /// Group a batch by conversation (key order), keeping batch order inside each group and
 /// dropping ids repeated within the batch. Returns the groups and how many were dropped.
-fn group_by_conversation(records: &[ConversationRecord]) -> (BTreeMap<&str, Vec<&ConversationRecord>>, usize) {
-    let mut groups: BTreeMap<&str, Vec<&ConversationRecord>> = BTreeMap::new();
+fn group_by_conversation(records: &StoredMessages) -> (BTreeMap<&str, Vec<StoredMessage<'_>>>, usize) {
+    let mut groups: BTreeMap<&str, Vec<StoredMessage<'_>>> = BTreeMap::new();
     let mut seen = HashSet::new();
     let mut repeated = 0usize;
-    for r in records {
-        if seen.insert((r.scope.conversation_id.as_str(), r.id.as_str())) {
-            groups.entry(r.scope.conversation_id.as_str()).or_default().push(r);
+    for r in records.iter() {
+        if seen.insert((r.conversation_id, r.id)) {
+            groups.entry(r.conversation_id).or_default().push(r);
         } else {
             repeated += 1;
         }
@@ -50,12 +51,12 @@ fn group_by_conversation(records: &[ConversationRecord]) -> (BTreeMap<&str, Vec<
 /// Inside the caller's write transaction: append `records` (validated) for `tenant`.
 /// Records whose id exists in their conversation, or repeats earlier in the batch, are
 /// skipped. A conversation being deleted is a `StoreError::Conflict`.
-pub async fn append_in(tx: &mut Tx, tenant: &TenantKey, records: &[ConversationRecord]) -> StoreResult<AppendResponse> {
+pub async fn append_in(tx: &mut Tx, tenant: &TenantKey, records: &StoredMessages) -> StoreResult<AppendResponse> {
     let now = now_ms();
     let (groups, mut skipped) = group_by_conversation(records);
     let mut appended = 0usize;
     for (conversation, group) in &groups {
-        let agent = group.iter().find_map(|r| r.scope.listing_agent());
+        let agent = group.iter().find_map(|r| r.agent);
         let (next_sequence, deleting): (i64, Option<String>) = query(UPSERT_CONVERSATION_SQL)
             .bind(tenant.as_str())
             .bind(*conversation)
@@ -78,19 +79,19 @@ pub async fn append_in(tx: &mut Tx, tenant: &TenantKey, records: &[ConversationR
                 Tx::Postgres(c) => c.insert_if_all_new(tenant, conversation, next_sequence, now, group).await?,
                 Tx::Sqlite(c) => c.insert_if_all_new(tenant, conversation, next_sequence, now, group).await?,
             };
-        let fresh: Vec<&ConversationRecord> = if all_new {
+        let fresh: Vec<StoredMessage<'_>> = if all_new {
             group.clone()
         } else {
             let existing = if next_sequence == 1 {
                 HashSet::new()
             } else {
-                let ids: Vec<&str> = group.iter().map(|r| r.id.as_str()).collect();
+                let ids: Vec<&str> = group.iter().map(|r| r.id).collect();
                 match tx {
                     Tx::Postgres(c) => c.existing_message_ids(tenant, conversation, &ids).await?,
                     Tx::Sqlite(c) => c.existing_message_ids(tenant, conversation, &ids).await?,
                 }
             };
-            let fresh: Vec<&ConversationRecord> = group.iter().copied().filter(|r| !existing.contains(&r.id)).collect();
+            let fresh: Vec<StoredMessage<'_>> = group.iter().copied().filter(|r| !existing.contains(r.id)).collect();
             if !fresh.is_empty() {
                 match tx {
                     Tx::Postgres(c) => c.insert_messages(tenant, conversation, next_sequence, now, &fresh).await?,
@@ -119,8 +120,9 @@ pub async fn append_in(tx: &mut Tx, tenant: &TenantKey, records: &[ConversationR
 
 /// Append a validated batch atomically, in its own transaction.
 pub async fn append(db: &Db, tenant: &TenantKey, records: &[ConversationRecord]) -> StoreResult<AppendResponse> {
+    let rows: StoredMessages = records.iter().collect();
     let mut tx = db.begin_write().await?;
-    let response = append_in(&mut tx, tenant, records).await?;
+    let response = append_in(&mut tx, tenant, &rows).await?;
     tx.commit().await?;
     Ok(response)
 }
@@ -143,7 +145,7 @@ trait MessageRows {
         conversation: &str,
         first_sequence: i64,
         now: i64,
-        rows: &[&ConversationRecord],
+        rows: &[StoredMessage<'_>],
     ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
     /// Insert `rows` with sequences `first_sequence, first_sequence + 1, …` in order.
@@ -153,35 +155,13 @@ trait MessageRows {
         conversation: &str,
         first_sequence: i64,
         now: i64,
-        rows: &[&ConversationRecord],
+        rows: &[StoredMessage<'_>],
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 }
 
-/// The stored columns of one message (everything but tenant, conversation, sequence).
-struct Columns<'a> {
-    id: &'a str,
-    role: &'a str,
-    scope: String,
-    content: String,
-    search_text: String,
-    name: Option<&'a str>,
-    tool_call_id: Option<&'a str>,
-    created_at_ms: i64,
-    metadata: Option<String>,
-}
-
-fn columns<'a>(r: &'a ConversationRecord, now: i64) -> Columns<'a> {
-    Columns {
-        id: &r.id,
-        role: &r.role,
-        scope: serde_json::to_string(&r.scope).unwrap_or_default(),
-        content: r.content.to_string(),
-        search_text: search_fold(&content_text(&r.content)),
-        name: r.name.as_deref(),
-        tool_call_id: r.tool_call_id.as_deref(),
-        created_at_ms: if r.created_at_ms > 0 { r.created_at_ms } else { now },
-        metadata: json_column(&r.metadata),
-    }
+/// The creation time a row is stored with: its own, else the write's.
+fn created_at(r: &StoredMessage<'_>, now: i64) -> i64 {
+    if r.created_at_ms > 0 { r.created_at_ms } else { now }
 }
 
 /// The stored columns of a message row, in the order both inserts write them.
@@ -198,7 +178,7 @@ impl MessageRows for sqlx::PgConnection {
         conversation: &str,
         first_sequence: i64,
         now: i64,
-        rows: &[&ConversationRecord],
+        rows: &[StoredMessage<'_>],
     ) -> Result<bool, sqlx::Error> {
         sqlx::query("SAVEPOINT append_all_new").execute(&mut *self).await?;
         match self.insert_messages(tenant, conversation, first_sequence, now, rows).await {
@@ -233,11 +213,11 @@ impl MessageRows for sqlx::PgConnection {
         conversation: &str,
         first_sequence: i64,
         now: i64,
-        rows: &[&ConversationRecord],
+        rows: &[StoredMessage<'_>],
     ) -> Result<(), sqlx::Error> {
-        let cols: Vec<Columns<'_>> = rows.iter().map(|r| columns(r, now)).collect();
+        let cols = rows;
         if cols.len() >= PG_COPY_MIN_ROWS {
-            return copy_messages(self, tenant, conversation, first_sequence, &cols).await;
+            return copy_messages(self, tenant, conversation, first_sequence, now, cols).await;
         }
         // One statement whatever the row count: each column is one array parameter.
         let sequences: Vec<i64> = (0..cols.len() as i64).map(|i| first_sequence + i).collect();
@@ -251,13 +231,13 @@ impl MessageRows for sqlx::PgConnection {
             .bind(cols.iter().map(|c| c.id).collect::<Vec<_>>())
             .bind(sequences)
             .bind(cols.iter().map(|c| c.role).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.scope.as_str()).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.content.as_str()).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.search_text.as_str()).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.scope).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.content).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.search_text).collect::<Vec<_>>())
             .bind(cols.iter().map(|c| c.name).collect::<Vec<_>>())
             .bind(cols.iter().map(|c| c.tool_call_id).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.created_at_ms).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.metadata.as_deref()).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| created_at(c, now)).collect::<Vec<_>>())
+            .bind(cols.iter().map(|c| c.metadata).collect::<Vec<_>>())
             .execute(&mut *self)
             .await?;
         Ok(())
@@ -277,7 +257,8 @@ async fn copy_messages(
     tenant: &str,
     conversation: &str,
     first_sequence: i64,
-    cols: &[Columns<'_>],
+    now: i64,
+    cols: &[StoredMessage<'_>],
 ) -> Result<(), sqlx::Error> {
     let bytes: usize = cols.iter().map(|c| c.content.len() + c.search_text.len() + c.scope.len() + 96).sum();
     let mut copy = CopyBinary::new(bytes);
@@ -293,8 +274,8 @@ async fn copy_messages(
             .bytes(c.search_text.as_bytes())
             .opt_bytes(c.name.map(str::as_bytes))
             .opt_bytes(c.tool_call_id.map(str::as_bytes))
-            .int8(c.created_at_ms)
-            .opt_bytes(c.metadata.as_deref().map(str::as_bytes));
+            .int8(created_at(c, now))
+            .opt_bytes(c.metadata.map(str::as_bytes));
     }
     let sql = format!("COPY messages ({COLUMN_LIST}) FROM STDIN (FORMAT binary)");
     let mut sink = conn.copy_in_raw(&sql).await?;
@@ -315,7 +296,7 @@ impl MessageRows for sqlx::SqliteConnection {
         _conversation: &str,
         _first_sequence: i64,
         _now: i64,
-        _rows: &[&ConversationRecord],
+        _rows: &[StoredMessage<'_>],
     ) -> Result<bool, sqlx::Error> {
         Ok(false)
     }
@@ -347,10 +328,10 @@ impl MessageRows for sqlx::SqliteConnection {
         conversation: &str,
         first_sequence: i64,
         now: i64,
-        rows: &[&ConversationRecord],
+        rows: &[StoredMessage<'_>],
     ) -> Result<(), sqlx::Error> {
         for (n, part) in rows.chunks(SQLITE_ROWS_PER_INSERT).enumerate() {
-            let cols: Vec<Columns<'_>> = part.iter().map(|r| columns(r, now)).collect();
+            let cols = part;
             let sql = format!("INSERT INTO messages ({COLUMN_LIST}) VALUES {}", row_placeholders(1, cols.len(), 12));
             let first = first_sequence + (n * SQLITE_ROWS_PER_INSERT) as i64;
             let mut query = sqlx::query(AssertSqlSafe(sql));
@@ -361,13 +342,13 @@ impl MessageRows for sqlx::SqliteConnection {
                     .bind(c.id)
                     .bind(first + i as i64)
                     .bind(c.role)
-                    .bind(c.scope.as_str())
-                    .bind(c.content.as_str())
-                    .bind(c.search_text.as_str())
+                    .bind(c.scope)
+                    .bind(c.content)
+                    .bind(c.search_text)
                     .bind(c.name)
                     .bind(c.tool_call_id)
-                    .bind(c.created_at_ms)
-                    .bind(c.metadata.as_deref());
+                    .bind(created_at(c, now))
+                    .bind(c.metadata);
             }
             query.execute(&mut *self).await?;
         }
