@@ -209,7 +209,10 @@ async fn run_operation(client: &reqwest::Client, base: &str, path: &str, body: V
     while !matches!(op["state"].as_str(), Some("succeeded" | "failed" | "cancelled")) {
         let url =
             format!("{base}/internal/v1/context/operations/{id}/wait?sinceVersion={}&timeoutMs=10000", op["version"]);
-        op = client.get(url).send().await?.json().await?;
+        let response = client.get(url).send().await?;
+        // An error answer (the database gone, say) must end the bench, not spin on it.
+        ensure!(response.status().is_success(), "waiting on {id}: {}", response.text().await?);
+        op = response.json().await?;
     }
     ensure!(op["state"] == "succeeded", "{path} did not succeed: {op}");
     Ok(op)

@@ -11,7 +11,8 @@
 
 use std::ops::Range;
 
-use crate::store::json_column;
+use serde_json::Value;
+
 use context_jobs::contract::{ConversationRecord, content_text, search_fold};
 
 /// A batch of messages ready to be written by [`super::append_in`].
@@ -62,7 +63,8 @@ impl StoredMessages {
         self.rows.is_empty()
     }
 
-    /// Serialise `record` onto the batch.
+    /// Serialise `record` onto the batch. JSON is written straight into the buffer, not
+    /// through a string per column (one more allocation and copy each).
     pub fn push(&mut self, record: &ConversationRecord) {
         let text = &mut self.text;
         let mut put = |s: &str| {
@@ -70,20 +72,44 @@ impl StoredMessages {
             text.push_str(s);
             start..text.len()
         };
-        let row = Row {
-            id: put(&record.id),
-            conversation_id: put(&record.scope.conversation_id),
-            agent: record.scope.listing_agent().map(&mut put),
-            role: put(&record.role),
-            scope: put(&serde_json::to_string(&record.scope).unwrap_or_default()),
-            content: put(&record.content.to_string()),
-            search_text: put(&search_fold(&content_text(&record.content))),
-            name: record.name.as_deref().map(&mut put),
-            tool_call_id: record.tool_call_id.as_deref().map(&mut put),
-            created_at_ms: record.created_at_ms,
-            metadata: json_column(&record.metadata).as_deref().map(&mut put),
+        let id = put(&record.id);
+        let conversation_id = put(&record.scope.conversation_id);
+        let agent = record.scope.listing_agent().map(&mut put);
+        let role = put(&record.role);
+        let name = record.name.as_deref().map(&mut put);
+        let tool_call_id = record.tool_call_id.as_deref().map(&mut put);
+        let search_text = match &record.content {
+            // The common case, without the copy `content_text` makes of a string.
+            Value::String(s) => put(&search_fold(s)),
+            other => put(&search_fold(&content_text(other))),
         };
-        self.rows.push(row);
+        let scope = self.json(&record.scope);
+        let content = self.json(&record.content);
+        let metadata = (!record.metadata.is_null()).then(|| self.json(&record.metadata));
+        self.rows.push(Row {
+            id,
+            conversation_id,
+            agent,
+            role,
+            scope,
+            content,
+            search_text,
+            name,
+            tool_call_id,
+            created_at_ms: record.created_at_ms,
+            metadata,
+        });
+    }
+
+    /// Append `value` as compact JSON (what `serde_json::to_string` writes).
+    fn json(&mut self, value: &impl serde::Serialize) -> Range<usize> {
+        let start = self.text.len();
+        if serde_json::to_writer(Utf8Writer(&mut self.text), value).is_err() {
+            // Our types always serialise; were one not to, it is stored as an empty text,
+            // as `to_string(…).unwrap_or_default()` would.
+            self.text.truncate(start);
+        }
+        start..self.text.len()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = StoredMessage<'_>> {
@@ -106,12 +132,74 @@ impl StoredMessages {
     }
 }
 
+/// `io::Write` into a `String`: serde_json writes UTF-8 in pieces that are each whole
+/// (it splits strings only at ASCII escapes), so each piece is checked and pushed.
+struct Utf8Writer<'a>(&'a mut String);
+
+impl std::io::Write for Utf8Writer<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let piece = std::str::from_utf8(buf).map_err(std::io::Error::other)?;
+        self.0.push_str(piece);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl<'a> FromIterator<&'a ConversationRecord> for StoredMessages {
     fn from_iter<I: IntoIterator<Item = &'a ConversationRecord>>(records: I) -> Self {
-        let mut batch = StoredMessages::default();
+        let records = records.into_iter();
+        let mut batch = StoredMessages { text: String::new(), rows: Vec::with_capacity(records.size_hint().0) };
         for record in records {
             batch.push(record);
         }
         batch
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use context_jobs::contract::ConversationScope;
+    use serde_json::json;
+
+    fn record(id: &str, content: Value, metadata: Value) -> ConversationRecord {
+        ConversationRecord {
+            id: id.into(),
+            scope: ConversationScope::conversation("c-\u{e9}"),
+            role: "user".into(),
+            content,
+            name: Some("n\"ame".into()),
+            tool_call_id: None,
+            sequence: 0,
+            created_at_ms: 7,
+            metadata,
+        }
+    }
+
+    /// Every column reads back as the per-column serialisation it replaces would give.
+    #[test]
+    fn columns_match_their_one_by_one_serialisation() {
+        let records = [
+            record("a", json!("Héllo \"Wörld\"\n\u{1F600} ΣΑΣ"), json!({"k": ["v", 1, null]})),
+            record("b", json!([{"type": "text", "text": "Part ONE"}, "Two"]), Value::Null),
+        ];
+        let batch: StoredMessages = records.iter().collect();
+        assert_eq!(batch.len(), 2);
+        for (stored, r) in batch.iter().zip(&records) {
+            assert_eq!(stored.id, r.id);
+            assert_eq!(stored.conversation_id, r.scope.conversation_id);
+            assert_eq!(stored.agent, r.scope.listing_agent());
+            assert_eq!(stored.role, r.role);
+            assert_eq!(stored.scope, serde_json::to_string(&r.scope).unwrap());
+            assert_eq!(stored.content, r.content.to_string());
+            assert_eq!(stored.search_text, search_fold(&content_text(&r.content)));
+            assert_eq!(stored.name, r.name.as_deref());
+            assert_eq!(stored.tool_call_id, None);
+            assert_eq!(stored.created_at_ms, 7);
+            assert_eq!(stored.metadata.map(str::to_owned), crate::store::json_column(&r.metadata));
+        }
     }
 }
