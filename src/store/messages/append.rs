@@ -215,12 +215,11 @@ impl MessageRows for sqlx::PgConnection {
         now: i64,
         rows: &[StoredMessage<'_>],
     ) -> Result<(), sqlx::Error> {
-        let cols = rows;
-        if cols.len() >= PG_COPY_MIN_ROWS {
-            return copy_messages(self, tenant, conversation, first_sequence, now, cols).await;
+        if rows.len() >= PG_COPY_MIN_ROWS {
+            return copy_messages(self, tenant, conversation, first_sequence, now, rows).await;
         }
         // One statement whatever the row count: each column is one array parameter.
-        let sequences: Vec<i64> = (0..cols.len() as i64).map(|i| first_sequence + i).collect();
+        let sequences: Vec<i64> = (0..rows.len() as i64).map(|i| first_sequence + i).collect();
         let sql = format!(
             "INSERT INTO messages ({COLUMN_LIST}) SELECT $1, $2, * FROM UNNEST($3::text[], $4::int8[], $5::text[], \
              $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::int8[], $12::text[])"
@@ -228,16 +227,16 @@ impl MessageRows for sqlx::PgConnection {
         sqlx::query(AssertSqlSafe(sql))
             .bind(tenant)
             .bind(conversation)
-            .bind(cols.iter().map(|c| c.id).collect::<Vec<_>>())
+            .bind(rows.iter().map(|c| c.id).collect::<Vec<_>>())
             .bind(sequences)
-            .bind(cols.iter().map(|c| c.role).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.scope).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.content).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.search_text).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.name).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.tool_call_id).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| created_at(c, now)).collect::<Vec<_>>())
-            .bind(cols.iter().map(|c| c.metadata).collect::<Vec<_>>())
+            .bind(rows.iter().map(|c| c.role).collect::<Vec<_>>())
+            .bind(rows.iter().map(|c| c.scope).collect::<Vec<_>>())
+            .bind(rows.iter().map(|c| c.content).collect::<Vec<_>>())
+            .bind(rows.iter().map(|c| c.search_text).collect::<Vec<_>>())
+            .bind(rows.iter().map(|c| c.name).collect::<Vec<_>>())
+            .bind(rows.iter().map(|c| c.tool_call_id).collect::<Vec<_>>())
+            .bind(rows.iter().map(|c| created_at(c, now)).collect::<Vec<_>>())
+            .bind(rows.iter().map(|c| c.metadata).collect::<Vec<_>>())
             .execute(&mut *self)
             .await?;
         Ok(())
@@ -250,7 +249,7 @@ impl MessageRows for sqlx::PgConnection {
 /// costs an extra round trip (the server's `CopyInResponse`) and a parse per statement.
 const PG_COPY_MIN_ROWS: usize = 32;
 
-/// `COPY` `cols` into messages, sequences from `first_sequence`. A duplicate id fails the
+/// `COPY` `rows` into messages, sequences from `first_sequence`. A duplicate id fails the
 /// statement with 23505, as the `INSERT` would.
 async fn copy_messages(
     conn: &mut sqlx::PgConnection,
@@ -258,11 +257,11 @@ async fn copy_messages(
     conversation: &str,
     first_sequence: i64,
     now: i64,
-    cols: &[StoredMessage<'_>],
+    rows: &[StoredMessage<'_>],
 ) -> Result<(), sqlx::Error> {
-    let bytes: usize = cols.iter().map(|c| c.content.len() + c.search_text.len() + c.scope.len() + 96).sum();
+    let bytes: usize = rows.iter().map(|c| c.content.len() + c.search_text.len() + c.scope.len() + 96).sum();
     let mut copy = CopyBinary::new(bytes);
-    for (i, c) in cols.iter().enumerate() {
+    for (i, c) in rows.iter().enumerate() {
         copy.row(12)
             .bytes(tenant.as_bytes())
             .bytes(conversation.as_bytes())
@@ -331,11 +330,10 @@ impl MessageRows for sqlx::SqliteConnection {
         rows: &[StoredMessage<'_>],
     ) -> Result<(), sqlx::Error> {
         for (n, part) in rows.chunks(SQLITE_ROWS_PER_INSERT).enumerate() {
-            let cols = part;
-            let sql = format!("INSERT INTO messages ({COLUMN_LIST}) VALUES {}", row_placeholders(1, cols.len(), 12));
+            let sql = format!("INSERT INTO messages ({COLUMN_LIST}) VALUES {}", row_placeholders(1, part.len(), 12));
             let first = first_sequence + (n * SQLITE_ROWS_PER_INSERT) as i64;
             let mut query = sqlx::query(AssertSqlSafe(sql));
-            for (i, c) in cols.iter().enumerate() {
+            for (i, c) in part.iter().enumerate() {
                 query = query
                     .bind(tenant)
                     .bind(conversation)
