@@ -28,7 +28,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
-use context_jobs::contract::{ConversationRecord, ConversationScope, MESSAGES_APPEND_PATH, content_text, search_fold};
+use context_jobs::contract::{ConversationRecord, ConversationScope, MESSAGES_APPEND_PATH, search_text};
 use context_ops::config::{Config, Role};
 use context_ops::server;
 use serde_json::{Value, json};
@@ -152,7 +152,7 @@ fn columns(r: &ConversationRecord) -> Columns {
     Columns {
         scope: serde_json::to_string(&r.scope).expect("serializable"),
         content: r.content.to_string(),
-        search_text: search_fold(&content_text(&r.content)),
+        search_text: search_text(&r.content),
     }
 }
 

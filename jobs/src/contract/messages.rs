@@ -202,6 +202,15 @@ pub fn content_text(content: &Value) -> String {
     }
 }
 
+/// What a message's substring search runs over: its content's text, folded.
+pub fn search_text(content: &Value) -> String {
+    match content {
+        // Without the copy `content_text` makes of a string.
+        Value::String(s) => search_fold(s),
+        other => search_fold(&content_text(other)),
+    }
+}
+
 /// The normalised form substring search runs over; queries are folded the same way.
 pub fn search_fold(text: &str) -> String {
     text.to_lowercase()
@@ -310,6 +319,9 @@ mod tests {
         assert_eq!(content_text(&json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])), "a\nb");
         assert_eq!(content_text(&Value::Null), "");
         assert_eq!(content_text(&json!({"k": 1})), "{\"k\":1}");
+        for content in [json!("HeLLo ΣΑΣ"), json!([{"type": "text", "text": "A"}, "B"]), Value::Null] {
+            assert_eq!(search_text(&content), search_fold(&content_text(&content)), "{content}");
+        }
     }
 
     #[test]

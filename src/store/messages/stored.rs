@@ -11,9 +11,8 @@
 
 use std::ops::Range;
 
-use serde_json::Value;
-
-use context_jobs::contract::{ConversationRecord, content_text, search_fold};
+use crate::store::json_column;
+use context_jobs::contract::{ConversationRecord, search_text};
 
 /// A batch of messages ready to be written by [`super::append_in`].
 #[derive(Default)]
@@ -78,14 +77,10 @@ impl StoredMessages {
         let role = put(&record.role);
         let name = record.name.as_deref().map(&mut put);
         let tool_call_id = record.tool_call_id.as_deref().map(&mut put);
-        let search_text = match &record.content {
-            // The common case, without the copy `content_text` makes of a string.
-            Value::String(s) => put(&search_fold(s)),
-            other => put(&search_fold(&content_text(other))),
-        };
+        let search_text = put(&search_text(&record.content));
+        let metadata = json_column(&record.metadata).as_deref().map(&mut put);
         let scope = self.json(&record.scope);
         let content = self.json(&record.content);
-        let metadata = (!record.metadata.is_null()).then(|| self.json(&record.metadata));
         self.rows.push(Row {
             id,
             conversation_id,
@@ -162,8 +157,8 @@ impl<'a> FromIterator<&'a ConversationRecord> for StoredMessages {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use context_jobs::contract::ConversationScope;
-    use serde_json::json;
+    use context_jobs::contract::{ConversationScope, content_text, search_fold};
+    use serde_json::{Value, json};
 
     fn record(id: &str, content: Value, metadata: Value) -> ConversationRecord {
         ConversationRecord {
