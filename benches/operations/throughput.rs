@@ -15,7 +15,13 @@ use futures::future::BoxFuture;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::common::{config, fresh_schema, namespace, submit_delete};
+use super::common::{config, cpu_ms_per, fresh_schema, machine_busy, namespace, submit_delete};
+
+/// One side's figures: items per second, and machine CPU per item (see `machine_busy`).
+pub struct Rate {
+    pub per_sec: f64,
+    pub cpu_ms: Option<f64>,
+}
 
 struct Counter {
     seen: AtomicUsize,
@@ -32,14 +38,14 @@ impl OperationHandler for Counter {
     }
 }
 
-/// Baseline: push `n` no-op messages from 8 tasks and consume them; messages per second.
-pub async fn bare_queue(redis: &str, server: &str, n: usize) -> anyhow::Result<f64> {
+/// Baseline: push `n` no-op messages from 8 tasks and consume them.
+pub async fn bare_queue(redis: &str, server: &str, n: usize) -> anyhow::Result<Rate> {
     let db = Db::connect(&fresh_schema(server).await?, 4).await?;
     let cfg = config(String::new(), redis, &namespace("bare"));
     let queue = Queue::connect(&cfg, &db).await?;
     let counter = Arc::new(Counter { seen: AtomicUsize::new(0), target: n, done: Notify::new() });
     let shutdown = CancellationToken::new();
-    let started = Instant::now();
+    let (started, busy) = (Instant::now(), machine_busy());
     let workers = queue.spawn_workers(counter.clone(), shutdown.clone());
     let pushes = (0..8).map(|c| {
         let queue = queue.clone();
@@ -51,15 +57,15 @@ pub async fn bare_queue(redis: &str, server: &str, n: usize) -> anyhow::Result<f
     });
     futures::future::join_all(pushes).await;
     counter.done.notified().await;
-    let elapsed = started.elapsed().as_secs_f64();
+    let (elapsed, cpu_ms) = (started.elapsed().as_secs_f64(), cpu_ms_per(busy, machine_busy(), n));
     shutdown.cancel();
     let _ = workers.await;
-    Ok(n as f64 / elapsed)
+    Ok(Rate { per_sec: n as f64 / elapsed, cpu_ms })
 }
 
 /// Ours: submit `n` deletes of empty conversations over HTTP from 8 clients and wait until
-/// all have succeeded; operations per second.
-pub async fn engine(redis: &str, server: &str, n: usize) -> anyhow::Result<f64> {
+/// all have succeeded.
+pub async fn engine(redis: &str, server: &str, n: usize) -> anyhow::Result<Rate> {
     let url = fresh_schema(server).await?;
     let running = server::start(config(url, redis, &namespace("ops")), Role::Serve).await?;
     let base = format!("http://{}", running.addr);
@@ -72,13 +78,13 @@ pub async fn engine(redis: &str, server: &str, n: usize) -> anyhow::Result<f64> 
     submit_all(&client, &base, "warm", warm).await;
     wait_succeeded(&pool, warm).await?;
     sqlx::query("ANALYZE operations").execute(&pool).await?;
-    let started = Instant::now();
+    let (started, busy) = (Instant::now(), machine_busy());
     submit_all(&client, &base, "empty", n).await;
     println!("    (submitted {n} in {:.2} s)", started.elapsed().as_secs_f64());
     wait_succeeded(&pool, warm + n).await?;
-    let elapsed = started.elapsed().as_secs_f64();
+    let (elapsed, cpu_ms) = (started.elapsed().as_secs_f64(), cpu_ms_per(busy, machine_busy(), n));
     running.stop().await?;
-    Ok(n as f64 / elapsed)
+    Ok(Rate { per_sec: n as f64 / elapsed, cpu_ms })
 }
 
 /// Submit `n` deletes of empty conversations from 8 clients.
