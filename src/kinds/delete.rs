@@ -7,7 +7,7 @@
 
 use super::{Job, Prepared, SubmitCtx, SubmitError};
 use crate::kinds::job::{Finish, JobCtx, JobError, encode};
-use crate::store::messages::{conversations, deletes};
+use crate::store::messages::deletes;
 use crate::store::operations::SubmitEffect;
 use context_jobs::contract::DeleteConversationRequest;
 use context_jobs::ids::ConversationId;
@@ -31,18 +31,24 @@ impl Job for Delete {
         let mut processed = ctx.operation.processed;
         let resumed: Option<DeleteCheckpoint> = ctx.checkpoint()?;
         let mut total = ctx.operation.total;
-        if resumed.is_none() && processed == 0 {
-            // Appends are refused while the delete runs, so the count is the total.
-            total = conversations::message_count(&ctx.db, tenant, conversation).await?.unwrap_or(0).max(0);
-        }
+        let fresh = resumed.is_none() && processed == 0;
         let after = resumed.unwrap_or_default().after_sequence;
         let batch = ctx.batch_size();
         // Where the next batch starts: looked up once, then learnt from each batch's delete.
         let mut first = None;
+        let mut started = false;
         loop {
             let mut tx = ctx.begin().await?;
-            if first.is_none() {
-                first = deletes::first_after(&mut tx, tenant, conversation, after).await?;
+            if !started {
+                started = true;
+                if fresh {
+                    // Appends are refused while the delete runs, so the count is the total.
+                    let count;
+                    (count, first) = deletes::count_and_first_after(&mut tx, tenant, conversation, after).await?;
+                    total = count.unwrap_or(0).max(0);
+                } else {
+                    first = deletes::first_after(&mut tx, tenant, conversation, after).await?;
+                }
             }
             // Nothing after the checkpoint at all (an empty conversation, or a resumed run
             // whose last batch had committed): nothing after the batch either.
@@ -64,11 +70,12 @@ impl Job for Delete {
             };
             metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "delete").increment(deleted as u64);
             if !more {
-                // Last batch: the conversation goes too (only if this operation holds it),
-                // and the operation finishes in this same commit.
+                // Last batch: the conversation goes too (only if this operation holds it,
+                // which releases the barrier with the row), and the operation finishes in
+                // this same commit.
                 deletes::remove_conversation(&mut tx, tenant, conversation, &ctx.operation.id).await?;
                 let result = DeleteResult { deleted_messages: progress.processed.max(0) as u64 };
-                ctx.succeed_in(&mut tx, &progress, &result).await?;
+                ctx.succeed_in_released(&mut tx, &progress, &result).await?;
                 ctx.commit(tx).await?;
                 return Ok(Finish::Committed(result));
             }

@@ -166,9 +166,32 @@ impl JobCtx {
     /// the batch's effect (and release what the operation holds). Return
     /// [`Finish::Committed`] after the commit.
     pub async fn succeed_in(&self, tx: &mut Tx, progress: &Progress, result: &impl Serialize) -> Result<(), JobError> {
+        self.succeed_with(tx, &self.lease, progress, result).await
+    }
+
+    /// [`Self::succeed_in`] after the batch itself removed the row that held the
+    /// operation's deletion barrier (a delete's last batch): the release would match
+    /// nothing, so the terminal write skips that statement.
+    pub async fn succeed_in_released(
+        &self,
+        tx: &mut Tx,
+        progress: &Progress,
+        result: &impl Serialize,
+    ) -> Result<(), JobError> {
+        let lease = Lease { holds_barrier: false, ..self.lease.clone() };
+        self.succeed_with(tx, &lease, progress, result).await
+    }
+
+    async fn succeed_with(
+        &self,
+        tx: &mut Tx,
+        lease: &Lease,
+        progress: &Progress,
+        result: &impl Serialize,
+    ) -> Result<(), JobError> {
         let result = encode(result)?;
         let t = Transition::Succeed { result: &result, progress: Some(progress) };
-        transitions::apply(tx, &self.lease, &t).await?;
+        transitions::apply(tx, lease, &t).await?;
         self.processed.store(progress.processed, Ordering::Relaxed);
         Ok(())
     }

@@ -1,8 +1,19 @@
 //! The conversation rows: the deletion barrier a delete holds (appends answer 409 while it
-//! is set), message counts, and the sweep's walk over every conversation.
+//! is set) and the sweep's walk over every conversation.
+
+use sqlx::AssertSqlSafe;
 
 use crate::store::{Exec, StoreError, StoreResult, Tx, query};
 use context_jobs::ids::{ConversationId, OperationId, TenantKey};
+
+/// The barrier's one statement: the conversation keeps the barrier it has (or takes
+/// operation `id_p`'s) and returns who holds it now; no row when it does not exist.
+pub fn mark_deleting_sql(tenant_p: &str, conversation_p: &str, id_p: &str) -> String {
+    format!(
+        "UPDATE conversations SET deleting_operation = COALESCE(deleting_operation, {id_p}) \
+         WHERE tenant = {tenant_p} AND conversation_id = {conversation_p} RETURNING deleting_operation"
+    )
+}
 
 /// Refuse appends to `conversation` until operation `id` ends. A conversation that does not
 /// exist has nothing to guard; one another delete holds is a conflict.
@@ -12,29 +23,39 @@ pub async fn mark_deleting(
     conversation: &ConversationId,
     id: &OperationId,
 ) -> StoreResult<()> {
-    let marked = query(
-        "UPDATE conversations SET deleting_operation = $3 \
-         WHERE tenant = $1 AND conversation_id = $2 AND deleting_operation IS NULL",
-    )
-    .bind(tenant.as_str())
-    .bind(conversation.as_str())
-    .bind(id.as_str())
-    .execute(&mut *tx)
-    .await?;
-    if marked == 0 {
-        let busy: Option<Option<String>> =
-            query("SELECT deleting_operation FROM conversations WHERE tenant = $1 AND conversation_id = $2")
-                .bind(tenant.as_str())
-                .bind(conversation.as_str())
-                .fetch_optional_scalar(&mut *tx)
-                .await?;
-        if let Some(Some(other)) = busy {
-            return Err(StoreError::Conflict(format!(
-                "conversation {conversation:?} is already being deleted by operation {other}"
-            )));
-        }
+    let holder: Option<String> = query(AssertSqlSafe(mark_deleting_sql("$1", "$2", "$3")))
+        .bind(tenant.as_str())
+        .bind(conversation.as_str())
+        .bind(id.as_str())
+        .fetch_optional_scalar(&mut *tx)
+        .await?;
+    match holder {
+        Some(other) if other != id.as_str() => Err(held_by(conversation, Some(&other))),
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// The operation whose barrier `conversation` holds, as a submission that found it held
+/// learns it (outside the statement that found it: `None` when it ended meanwhile).
+pub async fn holder<'a>(
+    ex: impl Into<Exec<'a>>,
+    tenant: &TenantKey,
+    conversation: &ConversationId,
+) -> StoreResult<Option<String>> {
+    let holder: Option<Option<String>> =
+        query("SELECT deleting_operation FROM conversations WHERE tenant = $1 AND conversation_id = $2")
+            .bind(tenant.as_str())
+            .bind(conversation.as_str())
+            .fetch_optional_scalar(ex)
+            .await?;
+    Ok(holder.flatten())
+}
+
+/// The conflict of a delete submitted while operation `other` deletes the conversation
+/// (`None`: it ended between the statement that found it and the look-up of its id).
+pub fn held_by(conversation: &ConversationId, other: Option<&str>) -> StoreError {
+    let by = other.map_or_else(|| "another operation".to_string(), |other| format!("operation {other}"));
+    StoreError::Conflict(format!("conversation {conversation:?} is already being deleted by {by}"))
 }
 
 /// Clear the appends barrier operation `id` may hold (its terminal transition runs this).
@@ -45,19 +66,6 @@ pub async fn release_barrier<'a>(ex: impl Into<Exec<'a>>, tenant: &TenantKey, id
         .execute(ex)
         .await?;
     Ok(())
-}
-
-/// The conversation's message count (`None` when it does not exist).
-pub async fn message_count<'a>(
-    ex: impl Into<Exec<'a>>,
-    tenant: &TenantKey,
-    conversation: &str,
-) -> StoreResult<Option<i64>> {
-    Ok(query("SELECT message_count FROM conversations WHERE tenant = $1 AND conversation_id = $2")
-        .bind(tenant.as_str())
-        .bind(conversation)
-        .fetch_optional_scalar(ex)
-        .await?)
 }
 
 /// The next page of conversations no delete holds, after `after` in `(tenant, id)` order:

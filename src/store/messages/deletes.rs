@@ -19,6 +19,25 @@ pub async fn first_after(tx: &mut Tx, tenant: &TenantKey, conversation: &str, af
         .await?)
 }
 
+/// A fresh delete's start, in one statement: the conversation's message count (`None`
+/// when it does not exist) and its first sequence after `after`.
+pub async fn count_and_first_after(
+    tx: &mut Tx,
+    tenant: &TenantKey,
+    conversation: &str,
+    after: i64,
+) -> StoreResult<(Option<i64>, Option<i64>)> {
+    Ok(query(
+        "SELECT (SELECT message_count FROM conversations WHERE tenant = $1 AND conversation_id = $2), \
+         (SELECT min(sequence) FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence > $3)",
+    )
+    .bind(tenant.as_str())
+    .bind(conversation)
+    .bind(after)
+    .fetch_one(&mut *tx)
+    .await?)
+}
+
 /// Delete the messages with sequences in `first..=end`; how many, and the first sequence
 /// left after `end` (where the next batch starts), if any. The conversation's count is not
 /// adjusted (see [`adjust_count`]).

@@ -37,6 +37,15 @@ async fn queued_cancel_idempotency_etag_and_tenants(backend: Backend) {
         .post("/internal/v1/context/messages/batch", &json!({"messages": [message("q", "late", "user", "x")]}))
         .await;
     assert_api_error(status, &body, 409);
+    // So is a second delete of it (no key), naming the first; a conversation that does not
+    // exist holds no barrier, whatever deletes are queued for it.
+    let (status, body) = app.post(DELETE, &json!({"scope": {"conversationId": "q"}})).await;
+    assert_api_error(status, &body, 409);
+    assert!(body["message"].as_str().unwrap().contains(&id), "{body}");
+    for _ in 0..2 {
+        let (status, body) = app.post(DELETE, &json!({"scope": {"conversationId": "never-written"}})).await;
+        assert_eq!(status, 202, "{body}");
+    }
 
     // ETag / If-None-Match.
     let response = app
@@ -111,6 +120,13 @@ async fn queued_cancel_idempotency_etag_and_tenants(backend: Backend) {
     // The barrier is released with the cancel.
     app.append_records(&[message("q", "late", "user", "x")]).await;
     assert_eq!(forget().await.unwrap().status(), 204);
+    // A new delete takes the barrier again.
+    let (status, body) = app.post(DELETE, &json!({"scope": {"conversationId": "q"}})).await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = app
+        .post("/internal/v1/context/messages/batch", &json!({"messages": [message("q", "later", "user", "x")]}))
+        .await;
+    assert_api_error(status, &body, 409);
     let (status, body) = app.get(&format!("{OPS}/{id}")).await;
     assert_api_error(status, &body, 404);
     app.stop().await;
