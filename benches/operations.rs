@@ -111,5 +111,5 @@ async fn main() -> anyhow::Result<()> {
             recovered.as_secs_f64() / lease.as_secs_f64()
         );
     }
-    Ok(())
+    common::drop_namespaces(&redis).await
 }

@@ -24,8 +24,41 @@ pub async fn fresh_schema(server: &str) -> anyhow::Result<String> {
     Ok(format!("{server}/context_ops_bench?options[search_path]={schema}"))
 }
 
+/// Queue namespaces this run used (deleted at its end by [`drop_namespaces`]).
+static NAMESPACES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
 pub fn namespace(what: &str) -> String {
-    format!("bench-{what}-{}", ulid::Ulid::generate())
+    let namespace = format!("bench-{what}-{}", ulid::Ulid::generate());
+    NAMESPACES.lock().unwrap_or_else(|p| p.into_inner()).push(namespace.clone());
+    namespace
+}
+
+/// Delete the Redis keys of every namespace this run used. Left behind (~6,000 keys per
+/// side and run), they slowed every later run's housekeeping `SCAN`, the bare loop's most.
+pub async fn drop_namespaces(redis: &str) -> anyhow::Result<()> {
+    let mut conn = redis::Client::open(redis)?.get_multiplexed_async_connection().await?;
+    let namespaces = std::mem::take(&mut *NAMESPACES.lock().unwrap_or_else(|p| p.into_inner()));
+    for namespace in namespaces {
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{namespace}*"))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await?;
+            if !keys.is_empty() {
+                let _: u64 = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await?;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(())
 }
 
 /// The service's defaults, on `database_url` and `redis`, with the sweep off and the
