@@ -58,30 +58,26 @@ pub async fn submit(db: &Db, tenant: &TenantKey, new: &NewOperation<'_>) -> Stor
     let kind = new.request.kind();
     let id = new_operation_id();
     let now = now_ms();
-    if new.idempotency_key.is_none() {
-        // Without a key to look up, one statement does it all, with no explicit
-        // transaction (a commit in one round trip instead of four or five): the row alone,
-        // or on PostgreSQL the row and the delete's barrier.
-        match (new.effect, db.engine()) {
-            (SubmitEffect::None, _) => {
-                let operation = insert_statement(tenant, new, &id, &request_json, &fingerprint, now, None);
-                return Ok(Submitted { operation: operation.fetch_one(db).await?, created: true });
+    // Without a key to look up, one statement does it all, with no explicit transaction (a
+    // commit in one round trip instead of four or five): the row alone, or on PostgreSQL
+    // the row and the delete's barrier (SQLite has no data-modifying `WITH`).
+    let one_statement =
+        new.idempotency_key.is_none() && (*new.effect == SubmitEffect::None || db.engine() == Engine::Postgres);
+    let barrier = match new.effect {
+        SubmitEffect::MarkDeleting { conversation_id } if one_statement => Some(conversation_id),
+        _ => None,
+    };
+    let insert = insert_statement(tenant, new, &id, &request_json, &fingerprint, now, barrier);
+    if one_statement {
+        return match (insert.fetch_optional(db).await?, barrier) {
+            (Some(operation), _) => Ok(Submitted { operation, created: true }),
+            (None, Some(conversation)) => {
+                let other = conversations::holder(db, tenant, conversation).await?;
+                Err(conversations::held_by(conversation, other.as_deref()))
             }
-            (SubmitEffect::MarkDeleting { conversation_id }, Engine::Postgres) => {
-                let insert =
-                    insert_statement(tenant, new, &id, &request_json, &fingerprint, now, Some(conversation_id));
-                return match insert.fetch_optional(db).await? {
-                    Some(operation) => Ok(Submitted { operation, created: true }),
-                    None => {
-                        let other = conversations::holder(db, tenant, conversation_id).await?;
-                        Err(conversations::held_by(conversation_id, other.as_deref()))
-                    }
-                };
-            }
-            (SubmitEffect::MarkDeleting { .. }, Engine::Sqlite) => {}
-        }
+            (None, None) => Err(StoreError::Other(anyhow::anyhow!("the operation's INSERT returned no row"))),
+        };
     }
-    let insert = insert_statement(tenant, new, &id, &request_json, &fingerprint, now, None);
     let mut tx = db.begin_write().await?;
     if let Some(key) = new.idempotency_key {
         let sql = format!("SELECT {COLUMNS} FROM operations WHERE tenant = $1 AND idempotency_key = $2");
