@@ -16,7 +16,9 @@
 //!     default 200,000) beside the default lease.
 //!
 //! Environment: `BENCH_POSTGRES_URL` (server URL, default `postgres://postgres@127.0.0.1:5432`),
-//! `BENCH_REDIS_URL` (default `redis://127.0.0.1:6379`), `BENCH_ONLY` (letters, e.g. `cd`).
+//! `BENCH_POSTGRES_PARAMS` (connection parameters, default `sslmode=disable`; see
+//! `common::fresh_schema`), `BENCH_REDIS_URL` (default `redis://127.0.0.1:6379`),
+//! `BENCH_ONLY` (letters, e.g. `cd`).
 
 #[path = "operations/common.rs"]
 mod common;

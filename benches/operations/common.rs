@@ -12,16 +12,21 @@ pub fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
 }
 
-/// A URL of a new, empty schema in database `context_ops_bench` of `server`.
+/// A URL of a new, empty schema in database `context_ops_bench` of `server`, with the
+/// connection parameters `BENCH_POSTGRES_PARAMS` (default `sslmode=disable`: on loopback TLS
+/// protects nothing, docker-compose's PostgreSQL offers none, and the bare loop's Redis has
+/// none; a server with `ssl = on`, as Debian's, costs ~3 % of PostgreSQL's CPU per operation
+/// encrypting — set it to `""` to measure that too).
 pub async fn fresh_schema(server: &str) -> anyhow::Result<String> {
-    let admin = sqlx::PgPool::connect(&format!("{server}/postgres")).await?;
+    let params = env_or("BENCH_POSTGRES_PARAMS", "sslmode=disable");
+    let admin = sqlx::PgPool::connect(&format!("{server}/postgres?{params}")).await?;
     let _ = sqlx::query("CREATE DATABASE context_ops_bench").execute(&admin).await;
     admin.close().await;
     let schema = format!("b_{}", ulid::Ulid::generate().to_string().to_lowercase());
-    let db = sqlx::PgPool::connect(&format!("{server}/context_ops_bench")).await?;
+    let db = sqlx::PgPool::connect(&format!("{server}/context_ops_bench?{params}")).await?;
     sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&db).await?;
     db.close().await;
-    Ok(format!("{server}/context_ops_bench?options[search_path]={schema}"))
+    Ok(format!("{server}/context_ops_bench?options[search_path]={schema}&{params}"))
 }
 
 /// Queue namespaces this run used (deleted at its end by [`drop_namespaces`]).

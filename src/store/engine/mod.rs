@@ -338,6 +338,7 @@ const POSTGRES_MIGRATIONS: MigrationSet = &[
         "artifact_chunk_compression",
         include_str!("../../../migrations/postgres/0012_artifact_chunk_compression.sql"),
     ),
+    (13, "operation_partial_indexes", include_str!("../../../migrations/postgres/0013_operation_partial_indexes.sql")),
 ];
 
 const SQLITE_MIGRATIONS: MigrationSet = &[
@@ -352,6 +353,7 @@ const SQLITE_MIGRATIONS: MigrationSet = &[
     (9, "operation_changes", include_str!("../../../migrations/sqlite/0009_operation_changes.sql")),
     (11, "changes_on_redis", include_str!("../../../migrations/sqlite/0011_changes_on_redis.sql")),
     (12, "artifact_chunk_compression", include_str!("../../../migrations/sqlite/0012_artifact_chunk_compression.sql")),
+    (13, "operation_partial_indexes", include_str!("../../../migrations/sqlite/0013_operation_partial_indexes.sql")),
 ];
 
 #[cfg(test)]
