@@ -12,7 +12,7 @@
 //! own statement still checks that the row is due and not paused); kinds with a limit, and
 //! every hold, read it fresh so limits and pauses hold exactly.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -110,24 +110,51 @@ impl View {
     }
 }
 
-/// This process's recent views, by kind.
+/// How old a copy may be while another claim of the process reads the view again.
+const STALE_LIMIT: Duration = Duration::from_secs(2);
+
+/// This process's recent views, by kind, and the kinds whose view is being read again.
 #[derive(Default)]
 pub struct ViewCache {
-    views: Mutex<HashMap<ContextOperationKind, (Instant, View)>>,
+    views: Mutex<Views>,
+}
+
+#[derive(Default)]
+struct Views {
+    copies: HashMap<ContextOperationKind, (Instant, View)>,
+    refreshing: HashSet<ContextOperationKind>,
+}
+
+/// Clears the refresh mark of a kind however the read ends.
+struct Refreshing<'c>(&'c ViewCache, ContextOperationKind);
+
+impl Drop for Refreshing<'_> {
+    fn drop(&mut self) {
+        self.0.views().refreshing.remove(&self.1);
+    }
 }
 
 impl ViewCache {
-    fn views(&self) -> std::sync::MutexGuard<'_, HashMap<ContextOperationKind, (Instant, View)>> {
+    fn views(&self) -> std::sync::MutexGuard<'_, Views> {
         self.views.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The view of `kind`, read again when the copy is older than [`VIEW_TTL`].
+    /// The view of `kind`, read again when the copy is older than [`VIEW_TTL`]. One claim
+    /// at a time reads it: the process's other concurrent claims meanwhile use the copy (up
+    /// to [`STALE_LIMIT`] old) instead of each running the same query — every worker slot
+    /// found the copy expired at once and read it again, ~20 reads a second per process.
     pub async fn get(&self, db: &Db, kind: ContextOperationKind, now: i64) -> StoreResult<View> {
-        if let Some((at, view)) = self.views().get(&kind)
-            && at.elapsed() < VIEW_TTL
-        {
-            return Ok(view.clone());
-        }
+        let _refreshing = {
+            let mut views = self.views();
+            let age = views.copies.get(&kind).map(|(at, _)| at.elapsed());
+            if let Some(age) = age
+                && (age < VIEW_TTL || age < STALE_LIMIT && views.refreshing.contains(&kind))
+            {
+                return Ok(views.copies[&kind].1.clone());
+            }
+            views.refreshing.insert(kind);
+            Refreshing(self, kind)
+        };
         let view = fetch(db, kind, now).await?;
         self.put(kind, view.clone());
         Ok(view)
@@ -135,18 +162,18 @@ impl ViewCache {
 
     /// Keep `view` (just read) as the copy of `kind`.
     pub fn put(&self, kind: ContextOperationKind, view: View) {
-        self.views().insert(kind, (Instant::now(), view));
+        self.views().copies.insert(kind, (Instant::now(), view));
     }
 
     /// Note a claim of `tenant`'s (see [`View::claimed`]).
     pub fn claimed(&self, kind: ContextOperationKind, tenant: &str, now: i64) {
-        if let Some((_, view)) = self.views().get_mut(&kind) {
+        if let Some((_, view)) = self.views().copies.get_mut(&kind) {
             view.claimed(tenant, now);
         }
     }
 
     /// Forget the copy of `kind` (it proved stale).
     pub fn forget(&self, kind: ContextOperationKind) {
-        self.views().remove(&kind);
+        self.views().copies.remove(&kind);
     }
 }
