@@ -102,7 +102,7 @@ impl Runner {
         let mut claimed = if recover {
             transitions::recover(&self.db, hint, &self.holder, lease_ms).await?
         } else {
-            self.claim_next(kind, lease_ms, &limits, Some(hint)).await?
+            self.claim_next(kind, lease_ms, &limits).await?
         };
         if claimed.is_none() {
             // Nothing to start: another worker took it, it finished, or work is held back.
@@ -116,23 +116,20 @@ impl Runner {
         while let Some(next) = claimed.take() {
             self.run(next).await?;
             if limited && !self.shutdown.is_cancelled() {
-                claimed = self.claim_next(kind, lease_ms, &limits, None).await?;
+                claimed = self.claim_next(kind, lease_ms, &limits).await?;
             }
         }
         Ok(())
     }
 
-    /// The next operation of `kind` by fair share (`hint`: the delivered one, taken when it
-    /// is next), announcing a hold it wrote.
+    /// The next operation of `kind` by fair share, announcing a hold it wrote.
     async fn claim_next(
         &self,
         kind: ContextOperationKind,
         lease_ms: i64,
         limits: &ClaimLimits,
-        hint: Option<&OperationId>,
     ) -> anyhow::Result<Option<Claimed>> {
-        let claimed = transitions::claim_next(&self.db, kind, &self.holder, lease_ms, limits, &self.views, hint);
-        Ok(match claimed.await? {
+        Ok(match transitions::claim_next(&self.db, kind, &self.holder, lease_ms, limits, &self.views).await? {
             Next::Claimed(claimed) => Some(*claimed),
             Next::Held { id, tenant } => {
                 self.changes.committed(&id, &tenant);

@@ -8,10 +8,7 @@ use serde_json::{Value, json};
 use super::{delete_as, view};
 use crate::harness::jwt::{jwt_mode, tenant_token};
 use crate::harness::{Backend, TestApp};
-use context_jobs::contract::ContextOperationKind;
-use context_jobs::ids::OperationId;
 use context_ops::config::Role;
-use context_ops::store::operations::transitions::{self, ClaimLimits, Next, ViewCache};
 
 /// One worker, one delete at a time.
 async fn one_slot_worker(api: &TestApp) -> TestApp {
@@ -80,43 +77,4 @@ async fn higher_priority_starts_first_within_a_tenant(backend: Backend) {
     worker.stop().await;
 }
 
-/// A delivery claims its own operation when nothing of its tenant outranks it by priority
-/// (an O(1) claim: finding the oldest walks the index entries earlier claims left behind);
-/// otherwise, or when its operation was taken already, the tenant's next by priority and
-/// age.
-async fn a_delivery_claims_its_own_operation_unless_outranked(backend: Backend) {
-    let api = TestApp::start_command(backend, Role::Api, jwt_mode).await;
-    let t = tenant_token("h");
-    let older = delete_as(&api, Some(&t), "h0", json!({})).await;
-    let newer = delete_as(&api, Some(&t), "h1", json!({})).await;
-    let (db, views, limits) = (api.db(), ViewCache::default(), ClaimLimits::default());
-    let claim = async |hint: &str| {
-        let hint = OperationId::from_stored(hint.to_string());
-        match transitions::claim_next(
-            db,
-            ContextOperationKind::Delete,
-            "test-owner",
-            60_000,
-            &limits,
-            &views,
-            Some(&hint),
-        )
-        .await
-        .unwrap()
-        {
-            Next::Claimed(c) => c.operation.id.as_str().to_owned(),
-            _ => panic!("nothing claimed for {hint}"),
-        }
-    };
-    assert_eq!(claim(&newer).await, newer, "its own operation, though an older one waits");
-    let urgent = delete_as(&api, Some(&t), "h2", json!({"priority": 9})).await;
-    views.forget(ContextOperationKind::Delete);
-    assert_eq!(claim(&older).await, urgent, "outranked by priority: the higher one");
-    assert_eq!(claim(&newer).await, older, "its own already taken: the tenant's next");
-}
-
-backend_tests!(
-    backend: a_lone_tenant_starts_ahead_of_a_backlog,
-    higher_priority_starts_first_within_a_tenant,
-    a_delivery_claims_its_own_operation_unless_outranked
-);
+backend_tests!(backend: a_lone_tenant_starts_ahead_of_a_backlog, higher_priority_starts_first_within_a_tenant);

@@ -40,44 +40,7 @@ enum Target<'q> {
     /// The first due operation of `kind` in `tenant`'s queue that no concurrent claim holds
     /// (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite has one writer), so concurrent workers
     /// serving the same tenant take its next operations instead of racing for its head.
-    /// With `hint` (the delivered operation), that one instead when it is the tenant's, due,
-    /// free, and no due operation of the tenant outranks it by priority (see
-    /// [`first_due_sql`]).
-    FirstDue { kind: &'q str, tenant: &'q str, hint: Option<&'q str> },
-}
-
-/// The id a `FirstDue` claim takes, as a scalar expression.
-///
-/// Why the hint: finding the head walks the `(kind, state, tenant, priority, …)` index from
-/// the start of the tenant's queued range, and on a busy table that range begins with the
-/// entries of every row version claims left behind until vacuum (150–200 buffer reads per
-/// claim in the operations bench, against ~5 for a lookup by id). Deliveries come in
-/// submission order, so the delivered operation is the head at equal priority but for
-/// concurrent claims; an operation whose own delivery found it taken is picked by age. Every
-/// delivery claims at most one operation, so none waits for more than its own delivery.
-/// Placeholders: `queued` the queued state, `now_p` the claim's time.
-fn first_due_sql(
-    engine: Engine,
-    kind_p: &str,
-    tenant_p: &str,
-    hint_p: Option<&str>,
-    queued: &str,
-    now_p: &str,
-) -> String {
-    let lock = if engine == Engine::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
-    let oldest = format!(
-        "SELECT o.id FROM operations o WHERE o.kind = {kind_p} AND o.tenant = {tenant_p} AND {} \
-         ORDER BY o.priority DESC, o.created_at_ms, o.id LIMIT 1{lock}",
-        due("o.", queued, now_p)
-    );
-    let Some(hint_p) = hint_p else { return format!("({oldest})") };
-    format!(
-        "COALESCE((SELECT h.id FROM operations h WHERE h.id = {hint_p} AND h.kind = {kind_p} AND h.tenant = {tenant_p} \
-           AND {} AND NOT EXISTS (SELECT 1 FROM operations o WHERE o.kind = {kind_p} AND o.tenant = {tenant_p} \
-           AND {} AND o.priority > h.priority){lock}), ({oldest}))",
-        due("h.", queued, now_p),
-        due("o.", queued, now_p)
-    )
+    FirstDue { kind: &'q str, tenant: &'q str },
 }
 
 /// Due and startable, for a queued row under `alias` (the claim's guard and its choice;
@@ -103,9 +66,14 @@ fn claim_statement<'q>(
     let (running, queued) = (p.p(State::Running.as_str()), p.p(State::Queued.as_str()));
     let row = match target {
         Target::Id(id) => format!("id = {}", p.p(id)),
-        Target::FirstDue { kind, tenant, hint } => {
-            let (kind_p, tenant_p, hint_p) = (p.p(kind), p.p(tenant), hint.map(|h| p.p(h)));
-            format!("id = {}", first_due_sql(engine, &kind_p, &tenant_p, hint_p.as_deref(), &queued, &now_p))
+        Target::FirstDue { kind, tenant } => {
+            let (kind_p, tenant_p) = (p.p(kind), p.p(tenant));
+            let lock = if engine == Engine::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
+            format!(
+                "id = (SELECT o.id FROM operations o WHERE o.kind = {kind_p} AND o.tenant = {tenant_p} AND {} \
+                 ORDER BY o.priority DESC, o.created_at_ms, o.id LIMIT 1{lock})",
+                due("o.", &queued, &now_p)
+            )
         }
     };
     debug_assert_eq!(t.phase(), Some(phase::STARTING));
@@ -194,9 +162,8 @@ pub enum Next {
 }
 
 /// Claim the next operation of `kind` by fair share for worker `owner` (the core's
-/// `schedule::pick`); `hint`, the operation whose delivery asks, is taken when it is the
-/// chosen tenant's next (see `Target::FirstDue`). Work held back by a pause or a
-/// concurrency limit gets the reason as its phase and stays queued.
+/// `schedule::pick`). Work held back by a pause or a concurrency limit gets the reason as
+/// its phase and stays queued.
 pub async fn claim_next(
     db: &Db,
     kind: ContextOperationKind,
@@ -204,11 +171,9 @@ pub async fn claim_next(
     lease_ms: i64,
     limits: &ClaimLimits,
     views: &ViewCache,
-    hint: Option<&OperationId>,
 ) -> StoreResult<Next> {
     let limited = limits.max_running.is_some() || limits.max_running_per_tenant.is_some();
-    let hint = hint.map(OperationId::as_str);
-    if !limited && let Some(next) = claim_off_cached_view(db, kind, owner, lease_ms, limits, views, hint).await? {
+    if !limited && let Some(next) = claim_off_cached_view(db, kind, owner, lease_ms, limits, views).await? {
         return Ok(next);
     }
     // A lost race (another worker claimed the chosen head first) picks again.
@@ -235,8 +200,7 @@ pub async fn claim_next(
         // Under a concurrency limit the chosen head itself is claimed, so concurrent
         // claims serialise and the limit holds exactly; without one, concurrent workers
         // take the tenant's next operations side by side.
-        let target =
-            if limited { Target::Id(&id) } else { Target::FirstDue { kind: kind.as_str(), tenant: &tenant, hint } };
+        let target = if limited { Target::Id(&id) } else { Target::FirstDue { kind: kind.as_str(), tenant: &tenant } };
         if let Some(claimed) = claim_id(db, target, owner, lease_ms, Takes::Queued).await? {
             record_claim(db, views, kind, &tenant, tenants, now).await?;
             return Ok(Next::Claimed(Box::new(claimed)));
@@ -255,14 +219,13 @@ async fn claim_off_cached_view(
     lease_ms: i64,
     limits: &ClaimLimits,
     views: &ViewCache,
-    hint: Option<&str>,
 ) -> StoreResult<Option<Next>> {
     let now = now_ms();
     let view = views.get(db, kind, now).await?;
     let (queues, kind_limits) = view.queues(limits);
     let tenants = queues.len();
     let Pick::Run { tenant, .. } = pick(&queues, &kind_limits) else { return Ok(None) };
-    let target = Target::FirstDue { kind: kind.as_str(), tenant, hint };
+    let target = Target::FirstDue { kind: kind.as_str(), tenant };
     if let Some(claimed) = claim_id(db, target, owner, lease_ms, Takes::Unpaused).await? {
         record_claim(db, views, kind, tenant, tenants, now).await?;
         return Ok(Some(Next::Claimed(Box::new(claimed))));
