@@ -146,11 +146,11 @@ impl ViewCache {
     pub async fn get(&self, db: &Db, kind: ContextOperationKind, now: i64) -> StoreResult<View> {
         let _refreshing = {
             let mut views = self.views();
-            let age = views.copies.get(&kind).map(|(at, _)| at.elapsed());
-            if let Some(age) = age
-                && (age < VIEW_TTL || age < STALE_LIMIT && views.refreshing.contains(&kind))
-            {
-                return Ok(views.copies[&kind].1.clone());
+            if let Some((at, view)) = views.copies.get(&kind) {
+                let age = at.elapsed();
+                if age < VIEW_TTL || age < STALE_LIMIT && views.refreshing.contains(&kind) {
+                    return Ok(view.clone());
+                }
             }
             views.refreshing.insert(kind);
             Refreshing(self, kind)
