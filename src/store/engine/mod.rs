@@ -339,6 +339,7 @@ const POSTGRES_MIGRATIONS: MigrationSet = &[
         include_str!("../../../migrations/postgres/0012_artifact_chunk_compression.sql"),
     ),
     (13, "operation_partial_indexes", include_str!("../../../migrations/postgres/0013_operation_partial_indexes.sql")),
+    (14, "operation_queue_indexes", include_str!("../../../migrations/postgres/0014_operation_queue_indexes.sql")),
 ];
 
 const SQLITE_MIGRATIONS: MigrationSet = &[
@@ -354,6 +355,7 @@ const SQLITE_MIGRATIONS: MigrationSet = &[
     (11, "changes_on_redis", include_str!("../../../migrations/sqlite/0011_changes_on_redis.sql")),
     (12, "artifact_chunk_compression", include_str!("../../../migrations/sqlite/0012_artifact_chunk_compression.sql")),
     (13, "operation_partial_indexes", include_str!("../../../migrations/sqlite/0013_operation_partial_indexes.sql")),
+    (14, "operation_queue_indexes", include_str!("../../../migrations/sqlite/0014_operation_queue_indexes.sql")),
 ];
 
 #[cfg(test)]

@@ -74,14 +74,14 @@ pub async fn resumable_page(
     limit: i64,
 ) -> StoreResult<Vec<(i64, OperationId)>> {
     let sql = format!(
-        "SELECT created_at_ms, id FROM operations WHERE kind = $1 AND state = $2 AND not_before_ms <= $3 \
-         AND ($4 = '' OR tenant = $4) AND (created_at_ms > $5 OR created_at_ms = $5 AND id > $6) \
-         AND NOT {} ORDER BY created_at_ms, id LIMIT $7",
+        "SELECT created_at_ms, id FROM operations WHERE kind = $1 AND {} AND not_before_ms <= $2 \
+         AND ($3 = '' OR tenant = $3) AND (created_at_ms > $4 OR created_at_ms = $4 AND id > $5) \
+         AND NOT {} ORDER BY created_at_ms, id LIMIT $6",
+        super::state_is("", State::Queued),
         super::transitions::PAUSE_HOLDS
     );
     let rows: Vec<(i64, String)> = query(AssertSqlSafe(sql))
         .bind(kind.as_str())
-        .bind(State::Queued.as_str())
         .bind(now_ms())
         .bind(tenant.map_or("", |t| t.as_str()))
         .bind(after.0)

@@ -28,6 +28,16 @@ pub(crate) const COLUMNS: &str = "id, tenant, kind, state, phase, processed, tot
     started_at_ms, finished_at_ms, version, priority, deadline_ms, lease_owner, attempt_started_at_ms, attempts, \
     rate_key";
 
+/// `{alias}state = '<name>'`: the state as a literal. The scheduler's partial indexes
+/// (migration 14: `operations_queued`, `operations_running`) serve a statement only when it
+/// spells their predicate; a bound state hides it from both engines' planners, which then
+/// pick whichever index the statistics favour (see the migration).
+pub(crate) fn state_is(alias: &str, state: ContextOperationState) -> String {
+    let name = state.as_str();
+    debug_assert!(name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "not a plain name: {name}");
+    format!("{alias}state = '{name}'")
+}
+
 /// One operation row as stored.
 #[derive(Debug, Clone)]
 pub struct OperationRow {

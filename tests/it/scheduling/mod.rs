@@ -9,6 +9,7 @@ mod deadlines;
 mod limits;
 mod order;
 mod pause;
+mod plans;
 mod rate_limits;
 mod retry;
 

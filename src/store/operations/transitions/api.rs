@@ -4,7 +4,7 @@
 
 use super::PAUSE_HOLDS;
 use crate::store::engine::Params;
-use crate::store::operations::SubmitEffect;
+use crate::store::operations::{SubmitEffect, state_is};
 use crate::store::{Db, StoreResult, Tx, messages, now_ms, query};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState as State};
 use context_jobs::ids::{OperationId, TenantKey};
@@ -176,7 +176,8 @@ pub async fn set_paused(
     .execute(&mut tx)
     .await?;
     let mut p = Params::default();
-    let (kind_p, queued_p, paused_p, now_p) = (p.p(kind.as_str()), p.p(State::Queued.as_str()), p.p(PAUSED), p.p(now));
+    let (kind_p, paused_p, now_p) = (p.p(kind.as_str()), p.p(PAUSED), p.p(now));
+    let queued = state_is("", State::Queued);
     let tenant_filter = match tenant {
         Some(t) => format!(" AND tenant = {}", p.p(t.as_str())),
         None => String::new(),
@@ -184,14 +185,14 @@ pub async fn set_paused(
     let sql = if paused {
         format!(
             "UPDATE operations SET phase = {paused_p}, updated_at_ms = {now_p}, version = version + 1 \
-             WHERE kind = {kind_p} AND state = {queued_p} AND phase <> {paused_p}{tenant_filter}"
+             WHERE kind = {kind_p} AND {queued} AND phase <> {paused_p}{tenant_filter}"
         )
     } else {
         // Only work no pause holds any more. The resume pushes it (`spawn_resume_pushes`):
         // the deliveries made during the pause were dropped.
         format!(
             "UPDATE operations SET phase = {}, updated_at_ms = {now_p}, version = version + 1 \
-             WHERE kind = {kind_p} AND state = {queued_p} AND phase = {paused_p}{tenant_filter} \
+             WHERE kind = {kind_p} AND {queued} AND phase = {paused_p}{tenant_filter} \
              AND NOT {PAUSE_HOLDS}",
             p.p(phase::QUEUED)
         )

@@ -6,7 +6,7 @@
 
 use super::{Claimed, Lease, PAUSE_HOLDS, append_attempt};
 use crate::store::engine::Params;
-use crate::store::operations::{COLUMNS, OperationRow};
+use crate::store::operations::{COLUMNS, OperationRow, state_is};
 use crate::store::{Db, Engine, StoreResult, now_ms, query};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState as State};
 use context_jobs::ids::{OperationId, TenantKey};
@@ -44,12 +44,31 @@ enum Target<'q> {
 }
 
 /// Due and startable, for a queued row under `alias` (the claim's guard and its choice;
-/// `queues_sql` spells the same rule with its own binds for the scheduler's view).
-fn due(alias: &str, queued: &str, now_p: &str) -> String {
+/// `view.rs`'s `QUEUES_SQL` spells the same rule with its own binds for the scheduler's
+/// view). The state is a literal: the choice's search is then served by `operations_queued`.
+fn due(alias: &str, now_p: &str) -> String {
     format!(
-        "{alias}state = {queued} AND {alias}not_before_ms <= {now_p} AND {alias}cancel_requested = 0 \
-         AND ({alias}deadline_ms IS NULL OR {alias}deadline_ms > {now_p})"
+        "{} AND {alias}not_before_ms <= {now_p} AND {alias}cancel_requested = 0 \
+         AND ({alias}deadline_ms IS NULL OR {alias}deadline_ms > {now_p})",
+        state_is(alias, State::Queued)
     )
+}
+
+/// The id of the first due operation of kind `kind_p` in tenant `tenant_p`'s queue
+/// (priority, then age), as a subquery; `lock` is PostgreSQL's `FOR UPDATE SKIP LOCKED`.
+fn first_due(kind_p: &str, tenant_p: &str, now_p: &str, lock: &str) -> String {
+    format!(
+        "SELECT o.id FROM operations o WHERE o.kind = {kind_p} AND o.tenant = {tenant_p} AND {} \
+         ORDER BY o.priority DESC, o.created_at_ms, o.id LIMIT 1{lock}",
+        due("o.", now_p)
+    )
+}
+
+/// The scheduler's two reads, for plan checks (`EXPLAIN`): the view of a kind's queues
+/// (binds: kind, now) and a tenant's first due operation (binds: kind, now, tenant).
+pub fn scheduler_reads() -> [&'static str; 2] {
+    static FIRST_DUE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| first_due("$1", "$3", "$2", ""));
+    [view::queues_sql(), FIRST_DUE.as_str()]
 }
 
 /// The claim of `target`, as one statement.
@@ -63,17 +82,13 @@ fn claim_statement<'q>(
     let Transition::Claim { token, lease_until_ms, owner } = *t else { unreachable!("not a claim: {t:?}") };
     let mut p = Params::default();
     let (token_p, lease_p, owner_p, now_p) = (p.p(token), p.p(lease_until_ms), p.p(owner), p.p(now));
-    let (running, queued) = (p.p(State::Running.as_str()), p.p(State::Queued.as_str()));
+    let running = p.p(State::Running.as_str());
     let row = match target {
         Target::Id(id) => format!("id = {}", p.p(id)),
         Target::FirstDue { kind, tenant } => {
             let (kind_p, tenant_p) = (p.p(kind), p.p(tenant));
             let lock = if engine == Engine::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
-            format!(
-                "id = (SELECT o.id FROM operations o WHERE o.kind = {kind_p} AND o.tenant = {tenant_p} AND {} \
-                 ORDER BY o.priority DESC, o.created_at_ms, o.id LIMIT 1{lock})",
-                due("o.", &queued, &now_p)
-            )
+            format!("id = ({})", first_due(&kind_p, &tenant_p, &now_p, lock))
         }
     };
     debug_assert_eq!(t.phase(), Some(phase::STARTING));
@@ -81,8 +96,8 @@ fn claim_statement<'q>(
     let waiting = p.any_of("phase", WAITING_PHASES);
     let (expired, expired_message) = (p.p(ErrorCode::LeaseExpired.as_str()), p.p(LEASE_EXPIRED_MESSAGE));
     let guard = match takes {
-        Takes::Queued => due("", &queued, &now_p),
-        Takes::Unpaused => format!("{} AND NOT {PAUSE_HOLDS}", due("", &queued, &now_p)),
+        Takes::Queued => due("", &now_p),
+        Takes::Unpaused => format!("{} AND NOT {PAUSE_HOLDS}", due("", &now_p)),
         Takes::Orphan => format!(
             "state = {running} AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms < {now_p} \
              OR lease_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_heartbeats w WHERE w.holder = operations.lease_owner \

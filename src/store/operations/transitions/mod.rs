@@ -18,7 +18,7 @@ mod claim;
 mod view;
 
 pub use api::{BulkAction, BulkFilter, BulkOutcome, bulk, cancel, expire_overdue, requeue, set_paused};
-pub use claim::{ClaimLimits, Next, OWNER_SILENCE_MS, claim_next, recover};
+pub use claim::{ClaimLimits, Next, OWNER_SILENCE_MS, claim_next, recover, scheduler_reads};
 pub use view::ViewCache;
 
 use super::OperationRow;

@@ -13,12 +13,14 @@
 //! every hold, read it fresh so limits and pauses hold exactly.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::store::operations::state_is;
 use crate::store::{Db, StoreResult, query};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState as State};
 use context_jobs::operation::schedule::{KindLimits, TenantQueue};
+use sqlx::AssertSqlSafe;
 
 use super::ClaimLimits;
 
@@ -30,24 +32,41 @@ pub const VIEW_TTL: Duration = Duration::from_millis(200);
 type QueueRow = (String, Option<String>, i64, Option<i64>, i64, i64, i64);
 
 /// Every tenant with queued work of `kind`, found with one index seek per tenant (a loose
-/// index scan: the next tenant after the last), each with its due head (priority, then
-/// age), running count, last claim and pause. The head's "due" rule is the claim's
-/// (`claim.rs::due`), spelled here with this statement's binds.
-const QUEUES_SQL: &str = "WITH RECURSIVE t(tenant) AS ( \
-       SELECT MIN(tenant) FROM operations WHERE kind = $1 AND state = $2 \
-       UNION ALL \
-       SELECT (SELECT MIN(o.tenant) FROM operations o WHERE o.kind = $1 AND o.state = $2 AND o.tenant > t.tenant) \
-       FROM t WHERE t.tenant IS NOT NULL) \
-     SELECT t.tenant, \
-       (SELECT o.id FROM operations o WHERE o.kind = $1 AND o.state = $2 AND o.tenant = t.tenant \
-          AND o.not_before_ms <= $4 AND o.cancel_requested = 0 AND (o.deadline_ms IS NULL OR o.deadline_ms > $4) \
-          ORDER BY o.priority DESC, o.created_at_ms, o.id LIMIT 1), \
-       (SELECT COUNT(*) FROM operations r WHERE r.kind = $1 AND r.state = $3 AND r.tenant = t.tenant), \
-       (SELECT s.last_claim_ms FROM queue_shares s WHERE s.kind = $1 AND s.tenant = t.tenant), \
-       (SELECT COUNT(*) FROM queue_controls c WHERE c.kind = $1 AND c.tenant = t.tenant AND c.paused = 1), \
-       (SELECT COUNT(*) FROM operations r WHERE r.kind = $1 AND r.state = $3), \
-       (SELECT COUNT(*) FROM queue_controls c WHERE c.kind = $1 AND c.tenant = '' AND c.paused = 1) \
-     FROM t WHERE t.tenant IS NOT NULL LIMIT 1000";
+/// index scan: the next tenant after the last, `ORDER BY … LIMIT 1` rather than `MIN`,
+/// which PostgreSQL computes by reading every row when it expects few), each with its due
+/// head (priority, then age), running count, last claim and pause. The head's "due" rule
+/// is the claim's (`claim.rs::due`), spelled here with this statement's binds. States are
+/// literals so that the partial indexes serve every read (see [`state_is`]).
+static QUEUES_SQL: LazyLock<String> = LazyLock::new(|| {
+    let queued = |alias| state_is(alias, State::Queued);
+    let running = |alias| state_is(alias, State::Running);
+    format!(
+        "WITH RECURSIVE t(tenant) AS ( \
+           SELECT (SELECT tenant FROM operations WHERE kind = $1 AND {q} ORDER BY tenant LIMIT 1) \
+           UNION ALL \
+           SELECT (SELECT o.tenant FROM operations o WHERE o.kind = $1 AND {qo} AND o.tenant > t.tenant \
+                   ORDER BY o.tenant LIMIT 1) \
+           FROM t WHERE t.tenant IS NOT NULL) \
+         SELECT t.tenant, \
+           (SELECT o.id FROM operations o WHERE o.kind = $1 AND {qo} AND o.tenant = t.tenant \
+              AND o.not_before_ms <= $2 AND o.cancel_requested = 0 AND (o.deadline_ms IS NULL OR o.deadline_ms > $2) \
+              ORDER BY o.priority DESC, o.created_at_ms, o.id LIMIT 1), \
+           (SELECT COUNT(*) FROM operations r WHERE r.kind = $1 AND {rr} AND r.tenant = t.tenant), \
+           (SELECT s.last_claim_ms FROM queue_shares s WHERE s.kind = $1 AND s.tenant = t.tenant), \
+           (SELECT COUNT(*) FROM queue_controls c WHERE c.kind = $1 AND c.tenant = t.tenant AND c.paused = 1), \
+           (SELECT COUNT(*) FROM operations r WHERE r.kind = $1 AND {rr}), \
+           (SELECT COUNT(*) FROM queue_controls c WHERE c.kind = $1 AND c.tenant = '' AND c.paused = 1) \
+         FROM t WHERE t.tenant IS NOT NULL LIMIT 1000",
+        q = queued(""),
+        qo = queued("o."),
+        rr = running("r."),
+    )
+});
+
+/// The view's statement (binds: kind, now).
+pub fn queues_sql() -> &'static str {
+    QUEUES_SQL.as_str()
+}
 
 /// The scheduler's view of one kind, as read at one moment.
 #[derive(Debug, Clone, Default)]
@@ -57,13 +76,7 @@ pub struct View {
 
 /// Read the view of `kind` now.
 pub async fn fetch(db: &Db, kind: ContextOperationKind, now: i64) -> StoreResult<View> {
-    let rows = query(QUEUES_SQL)
-        .bind(kind.as_str())
-        .bind(State::Queued.as_str())
-        .bind(State::Running.as_str())
-        .bind(now)
-        .fetch_all(db)
-        .await?;
+    let rows = query(AssertSqlSafe(queues_sql())).bind(kind.as_str()).bind(now).fetch_all(db).await?;
     Ok(View { rows })
 }
 
