@@ -8,7 +8,12 @@
 -- say (the same view: 0.15 ms, 30 buffers, with stale, missing or fresh statistics). An
 -- operation's queued and running versions take one entry each here instead of three in
 -- `operations_schedule` (22 index entries per operation, now 21).
-CREATE INDEX operations_queued ON operations (kind, tenant, priority DESC, created_at_ms, id)
+--
+-- A tenant's queue is ordered by priority (highest first), then age; the priority is
+-- negated so that a claim can start from a queue position, `(-priority, created_at_ms)
+-- >= (…)`, with one row comparison that bounds the index range (past the entries of
+-- operations already claimed, which stay in the index until vacuum).
+CREATE INDEX operations_queued ON operations (kind, tenant, (-priority), created_at_ms, id)
     WHERE state = 'queued';
 CREATE INDEX operations_running ON operations (kind, tenant) WHERE state = 'running';
 DROP INDEX operations_schedule;

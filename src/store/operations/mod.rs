@@ -38,6 +38,18 @@ pub(crate) fn state_is(alias: &str, state: ContextOperationState) -> String {
     format!("{alias}state = '{name}'")
 }
 
+/// The order a tenant's queued operations start in — highest priority, then oldest — as
+/// `operations_queued` (migration 14) holds it: priority negated, so that a position in
+/// the queue, `(-priority, created_at_ms)`, bounds an index range with one row comparison.
+pub(crate) fn queue_order(alias: &str) -> String {
+    format!("-{alias}priority, {alias}created_at_ms, {alias}id")
+}
+
+/// A queued operation's position in its tenant's queue (see [`queue_order`]).
+pub(crate) fn queue_position(op: &OperationRow) -> (i64, i64) {
+    (-op.priority, op.created_at_ms)
+}
+
 /// One operation row as stored.
 #[derive(Debug, Clone)]
 pub struct OperationRow {

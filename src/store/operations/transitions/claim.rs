@@ -6,7 +6,7 @@
 
 use super::{Claimed, Lease, PAUSE_HOLDS, append_attempt};
 use crate::store::engine::Params;
-use crate::store::operations::{COLUMNS, OperationRow, state_is};
+use crate::store::operations::{COLUMNS, OperationRow, queue_order, queue_position, state_is};
 use crate::store::{Db, Engine, StoreResult, now_ms, query};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState as State};
 use context_jobs::ids::{OperationId, TenantKey};
@@ -40,7 +40,8 @@ enum Target<'q> {
     /// The first due operation of `kind` in `tenant`'s queue that no concurrent claim holds
     /// (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite has one writer), so concurrent workers
     /// serving the same tenant take its next operations instead of racing for its head.
-    FirstDue { kind: &'q str, tenant: &'q str },
+    /// From queue position `from` on (see `View::start`), when given.
+    FirstDue { kind: &'q str, tenant: &'q str, from: Option<(i64, i64)> },
 }
 
 /// Due and startable, for a queued row under `alias` (the claim's guard and its choice;
@@ -55,20 +56,28 @@ fn due(alias: &str, now_p: &str) -> String {
 }
 
 /// The id of the first due operation of kind `kind_p` in tenant `tenant_p`'s queue
-/// (priority, then age), as a subquery; `lock` is PostgreSQL's `FOR UPDATE SKIP LOCKED`.
-fn first_due(kind_p: &str, tenant_p: &str, now_p: &str, lock: &str) -> String {
+/// (priority, then age), from queue position `from_p` (`(-priority, created_at_ms)`, see
+/// `queue_order`) on when given, as a subquery; `lock` is PostgreSQL's `FOR UPDATE SKIP
+/// LOCKED`.
+fn first_due(kind_p: &str, tenant_p: &str, now_p: &str, from_p: Option<(&str, &str)>, lock: &str) -> String {
+    let from =
+        from_p.map_or(String::new(), |(rank, at)| format!(" AND (-o.priority, o.created_at_ms) >= ({rank}, {at})"));
     format!(
-        "SELECT o.id FROM operations o WHERE o.kind = {kind_p} AND o.tenant = {tenant_p} AND {} \
-         ORDER BY o.priority DESC, o.created_at_ms, o.id LIMIT 1{lock}",
-        due("o.", now_p)
+        "SELECT o.id FROM operations o WHERE o.kind = {kind_p} AND o.tenant = {tenant_p} AND {}{from} \
+         ORDER BY {} LIMIT 1{lock}",
+        due("o.", now_p),
+        queue_order("o.")
     )
 }
 
-/// The scheduler's two reads, for plan checks (`EXPLAIN`): the view of a kind's queues
-/// (binds: kind, now) and a tenant's first due operation (binds: kind, now, tenant).
-pub fn scheduler_reads() -> [&'static str; 2] {
-    static FIRST_DUE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| first_due("$1", "$3", "$2", ""));
-    [view::queues_sql(), FIRST_DUE.as_str()]
+/// The scheduler's reads, for plan checks (`EXPLAIN`): the view of a kind's queues
+/// (binds: kind, now), a tenant's first due operation (binds: kind, now, tenant), and the
+/// same from a queue position on (binds: kind, now, tenant, -priority, created_at_ms).
+pub fn scheduler_reads() -> [&'static str; 3] {
+    static FIRST_DUE: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
+        [first_due("$1", "$3", "$2", None, ""), first_due("$1", "$3", "$2", Some(("$4", "$5")), "")]
+    });
+    [view::queues_sql(), FIRST_DUE[0].as_str(), FIRST_DUE[1].as_str()]
 }
 
 /// The claim of `target`, as one statement.
@@ -85,10 +94,12 @@ fn claim_statement<'q>(
     let running = p.p(State::Running.as_str());
     let row = match target {
         Target::Id(id) => format!("id = {}", p.p(id)),
-        Target::FirstDue { kind, tenant } => {
+        Target::FirstDue { kind, tenant, from } => {
             let (kind_p, tenant_p) = (p.p(kind), p.p(tenant));
+            let from_p = from.map(|(rank, at)| (p.p(rank), p.p(at)));
             let lock = if engine == Engine::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
-            format!("id = ({})", first_due(&kind_p, &tenant_p, &now_p, lock))
+            let from_p = from_p.as_ref().map(|(r, a)| (r.as_str(), a.as_str()));
+            format!("id = ({})", first_due(&kind_p, &tenant_p, &now_p, from_p, lock))
         }
     };
     debug_assert_eq!(t.phase(), Some(phase::STARTING));
@@ -215,9 +226,13 @@ pub async fn claim_next(
         // Under a concurrency limit the chosen head itself is claimed, so concurrent
         // claims serialise and the limit holds exactly; without one, concurrent workers
         // take the tenant's next operations side by side.
-        let target = if limited { Target::Id(&id) } else { Target::FirstDue { kind: kind.as_str(), tenant: &tenant } };
+        let target = if limited {
+            Target::Id(&id)
+        } else {
+            Target::FirstDue { kind: kind.as_str(), tenant: &tenant, from: None }
+        };
         if let Some(claimed) = claim_id(db, target, owner, lease_ms, Takes::Queued).await? {
-            record_claim(db, views, kind, &tenant, tenants, now).await?;
+            record_claim(db, views, kind, &tenant, queue_position(&claimed.operation), tenants, now).await?;
             return Ok(Next::Claimed(Box::new(claimed)));
         }
     }
@@ -240,9 +255,9 @@ async fn claim_off_cached_view(
     let (queues, kind_limits) = view.queues(limits);
     let tenants = queues.len();
     let Pick::Run { tenant, .. } = pick(&queues, &kind_limits) else { return Ok(None) };
-    let target = Target::FirstDue { kind: kind.as_str(), tenant };
+    let target = Target::FirstDue { kind: kind.as_str(), tenant, from: view.start(tenant) };
     if let Some(claimed) = claim_id(db, target, owner, lease_ms, Takes::Unpaused).await? {
-        record_claim(db, views, kind, tenant, tenants, now).await?;
+        record_claim(db, views, kind, tenant, queue_position(&claimed.operation), tenants, now).await?;
         return Ok(Some(Next::Claimed(Box::new(claimed))));
     }
     views.forget(kind);
@@ -256,13 +271,14 @@ async fn record_claim(
     views: &ViewCache,
     kind: ContextOperationKind,
     tenant: &str,
+    position: (i64, i64),
     tenants: usize,
     now: i64,
 ) -> StoreResult<()> {
     if tenants > 1 {
         served(db, kind, tenant, now).await?;
     }
-    views.claimed(kind, tenant, now);
+    views.claimed(kind, tenant, position, now);
     Ok(())
 }
 
