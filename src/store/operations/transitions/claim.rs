@@ -44,14 +44,13 @@ enum Target<'q> {
     FirstDue { kind: &'q str, tenant: &'q str, from: Option<(i64, i64)> },
 }
 
-/// Due and startable, for a queued row under `alias` (the claim's guard and its choice;
-/// `view.rs`'s `QUEUES_SQL` spells the same rule with its own binds for the scheduler's
-/// view). The state is a literal: the choice's search is then served by `operations_queued`.
-fn due(alias: &str, now_p: &str) -> String {
+/// Due and startable, for a row under `alias` whose state is `queued` (a condition: see
+/// the callers) — the claim's choice and its guard by id; `view.rs`'s `QUEUES_SQL` spells
+/// the same rule with its own binds for the scheduler's view.
+fn due(alias: &str, queued: &str, now_p: &str) -> String {
     format!(
-        "{} AND {alias}not_before_ms <= {now_p} AND {alias}cancel_requested = 0 \
-         AND ({alias}deadline_ms IS NULL OR {alias}deadline_ms > {now_p})",
-        state_is(alias, State::Queued)
+        "{queued} AND {alias}not_before_ms <= {now_p} AND {alias}cancel_requested = 0 \
+         AND ({alias}deadline_ms IS NULL OR {alias}deadline_ms > {now_p})"
     )
 }
 
@@ -65,7 +64,8 @@ fn first_due(kind_p: &str, tenant_p: &str, now_p: &str, from_p: Option<(&str, &s
     format!(
         "SELECT o.id FROM operations o WHERE o.kind = {kind_p} AND o.tenant = {tenant_p} AND {}{from} \
          ORDER BY {} LIMIT 1{lock}",
-        due("o.", now_p),
+        // The state as a literal: `operations_queued` serves the search.
+        due("o.", &state_is("o.", State::Queued), now_p),
         queue_order("o.")
     )
 }
@@ -106,9 +106,18 @@ fn claim_statement<'q>(
     let starting = p.p(phase::STARTING);
     let waiting = p.any_of("phase", WAITING_PHASES);
     let (expired, expired_message) = (p.p(ErrorCode::LeaseExpired.as_str()), p.p(LEASE_EXPIRED_MESSAGE));
+    // The guard of a row chosen by id (the primary key finds it). A first due search has
+    // checked and locked its row already, and repeating the state as a literal here let
+    // PostgreSQL scan all of `operations_queued` for the id instead (it did so while the
+    // statistics said that index was empty: ~80 buffers per claim); by id, the state is a
+    // bound value.
+    let due_by_id = |p: &mut Params<'q>| due("", &format!("state = {}", p.p(State::Queued.as_str())), &now_p);
+    let by_id = matches!(target, Target::Id(_));
     let guard = match takes {
-        Takes::Queued => due("", &now_p),
-        Takes::Unpaused => format!("{} AND NOT {PAUSE_HOLDS}", due("", &now_p)),
+        Takes::Queued if by_id => due_by_id(&mut p),
+        Takes::Queued => "1 = 1".into(),
+        Takes::Unpaused if by_id => format!("{} AND NOT {PAUSE_HOLDS}", due_by_id(&mut p)),
+        Takes::Unpaused => format!("NOT {PAUSE_HOLDS}"),
         Takes::Orphan => format!(
             "state = {running} AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms < {now_p} \
              OR lease_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_heartbeats w WHERE w.holder = operations.lease_owner \
@@ -221,16 +230,14 @@ pub async fn claim_next(
             Pick::Run { tenant, id } => Some((tenant.to_owned(), id.to_owned())),
         };
         drop(queues);
+        let from = chosen.as_ref().and_then(|(tenant, _)| view.start(tenant));
         views.put(kind, view);
         let Some((tenant, id)) = chosen else { return Ok(Next::Nothing) };
         // Under a concurrency limit the chosen head itself is claimed, so concurrent
         // claims serialise and the limit holds exactly; without one, concurrent workers
         // take the tenant's next operations side by side.
-        let target = if limited {
-            Target::Id(&id)
-        } else {
-            Target::FirstDue { kind: kind.as_str(), tenant: &tenant, from: None }
-        };
+        let target =
+            if limited { Target::Id(&id) } else { Target::FirstDue { kind: kind.as_str(), tenant: &tenant, from } };
         if let Some(claimed) = claim_id(db, target, owner, lease_ms, Takes::Queued).await? {
             record_claim(db, views, kind, &tenant, queue_position(&claimed.operation), tenants, now).await?;
             return Ok(Next::Claimed(Box::new(claimed)));

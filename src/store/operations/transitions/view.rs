@@ -3,11 +3,11 @@
 //! `schedule` inputs ([`View::queues`]), and this process's short-lived copy of it
 //! ([`ViewCache`]).
 //!
-//! Why a cache: the query walks the `(kind, state, …)` index ranges of queued and running
-//! rows, and on a busy table those ranges hold the index entries of every version a claim or
-//! a finish left behind until vacuum reaches them. Per claim it cost 1.7 ms and ~3,200
-//! buffer reads (pg_stat_statements, 3,000 empty deletes of one tenant) — half of
-//! PostgreSQL's time per operation. Kinds without a concurrency limit claim off a view at
+//! Why a cache: the query walks the index ranges of queued and running rows
+//! (`operations_queued`, `operations_running`), and on a busy table those ranges hold the
+//! index entries of every version a claim or a finish left behind until vacuum reaches
+//! them. Per claim it cost 1.7 ms and ~3,200 buffer reads (pg_stat_statements, 3,000 empty
+//! deletes of one tenant) — half of PostgreSQL's time per operation. Kinds without a concurrency limit claim off a view at
 //! most [`VIEW_TTL`] old (fair share between tenants is then as fresh as that; the claim's
 //! own statement still checks that the row is due and not paused); kinds with a limit, and
 //! every hold, read it fresh so limits and pauses hold exactly.
@@ -28,13 +28,14 @@ use super::ClaimLimits;
 pub const VIEW_TTL: Duration = Duration::from_millis(200);
 
 /// One tenant's row: `(tenant, head id, running, last claim, paused, the kind's running,
-/// the kind paused for everyone)`.
-type QueueRow = (String, Option<String>, i64, Option<i64>, i64, i64, i64);
+/// the kind paused for everyone, the head's queue position)`.
+type QueueRow = (String, Option<String>, i64, Option<i64>, i64, i64, i64, Option<i64>, Option<i64>);
 
 /// Every tenant with queued work of `kind`, found with one index seek per tenant (a loose
 /// index scan: the next tenant after the last, `ORDER BY … LIMIT 1` rather than `MIN`,
 /// which PostgreSQL computes by reading every row when it expects few), each with its due
-/// head (priority, then age), running count, last claim and pause. The head's "due" rule
+/// head (priority, then age; found once per tenant, then its queue position by id),
+/// running count, last claim and pause. The head's "due" rule
 /// is the claim's (`claim.rs::due`), spelled here with this statement's binds. States are
 /// literals so that the partial indexes serve every read (see [`state_is`]).
 static QUEUES_SQL: LazyLock<String> = LazyLock::new(|| {
@@ -46,17 +47,21 @@ static QUEUES_SQL: LazyLock<String> = LazyLock::new(|| {
            UNION ALL \
            SELECT (SELECT o.tenant FROM operations o WHERE o.kind = $1 AND {qo} AND o.tenant > t.tenant \
                    ORDER BY o.tenant LIMIT 1) \
-           FROM t WHERE t.tenant IS NOT NULL) \
-         SELECT t.tenant, \
+           FROM t WHERE t.tenant IS NOT NULL), \
+         heads AS MATERIALIZED (SELECT t.tenant, \
            (SELECT o.id FROM operations o WHERE o.kind = $1 AND {qo} AND o.tenant = t.tenant \
               AND o.not_before_ms <= $2 AND o.cancel_requested = 0 AND (o.deadline_ms IS NULL OR o.deadline_ms > $2) \
-              ORDER BY {order} LIMIT 1), \
-           (SELECT COUNT(*) FROM operations r WHERE r.kind = $1 AND {rr} AND r.tenant = t.tenant), \
-           (SELECT s.last_claim_ms FROM queue_shares s WHERE s.kind = $1 AND s.tenant = t.tenant), \
-           (SELECT COUNT(*) FROM queue_controls c WHERE c.kind = $1 AND c.tenant = t.tenant AND c.paused = 1), \
+              ORDER BY {order} LIMIT 1) AS head \
+           FROM t WHERE t.tenant IS NOT NULL LIMIT 1000) \
+         SELECT q.tenant, q.head, \
+           (SELECT COUNT(*) FROM operations r WHERE r.kind = $1 AND {rr} AND r.tenant = q.tenant), \
+           (SELECT s.last_claim_ms FROM queue_shares s WHERE s.kind = $1 AND s.tenant = q.tenant), \
+           (SELECT COUNT(*) FROM queue_controls c WHERE c.kind = $1 AND c.tenant = q.tenant AND c.paused = 1), \
            (SELECT COUNT(*) FROM operations r WHERE r.kind = $1 AND {rr}), \
-           (SELECT COUNT(*) FROM queue_controls c WHERE c.kind = $1 AND c.tenant = '' AND c.paused = 1) \
-         FROM t WHERE t.tenant IS NOT NULL LIMIT 1000",
+           (SELECT COUNT(*) FROM queue_controls c WHERE c.kind = $1 AND c.tenant = '' AND c.paused = 1), \
+           (SELECT -h.priority FROM operations h WHERE h.id = q.head), \
+           (SELECT h.created_at_ms FROM operations h WHERE h.id = q.head) \
+         FROM heads q",
         q = queued(""),
         qo = queued("o."),
         rr = running("r."),
@@ -73,15 +78,16 @@ pub fn queues_sql() -> &'static str {
 #[derive(Debug, Clone, Default)]
 pub struct View {
     rows: Vec<QueueRow>,
-    /// Per tenant, the queue position of this process's last claim off this copy: its next
-    /// claims search from there (see [`View::start`]).
+    /// Per tenant, the queue position of its head as read, then of this process's last claim
+    /// off this copy: its next claims search from there (see [`View::start`]).
     starts: HashMap<String, (i64, i64)>,
 }
 
 /// Read the view of `kind` now.
 pub async fn fetch(db: &Db, kind: ContextOperationKind, now: i64) -> StoreResult<View> {
     let rows = query(AssertSqlSafe(queues_sql())).bind(kind.as_str()).bind(now).fetch_all(db).await?;
-    Ok(View { rows, starts: HashMap::new() })
+    let starts = rows.iter().filter_map(|r: &QueueRow| Some((r.0.clone(), (r.7?, r.8?)))).collect();
+    Ok(View { rows, starts })
 }
 
 impl View {
@@ -95,7 +101,7 @@ impl View {
         let queues = self
             .rows
             .iter()
-            .map(|(tenant, head, running, last, paused, _, _)| TenantQueue {
+            .map(|(tenant, head, running, last, paused, ..)| TenantQueue {
                 tenant,
                 head: head.as_deref(),
                 running: (*running).max(0) as u32,
@@ -115,11 +121,11 @@ impl View {
     }
 
     /// Where a claim of `tenant`'s off this copy starts searching its queue: the position of
-    /// the last claim off it, or the queue's head (`None`) for the first. A claim takes the
-    /// first due operation no concurrent claim holds, so what precedes the last claim's was
-    /// taken, held, or not yet due when it ran; the search no longer walks the index
-    /// entries that claims leave behind until vacuum removes them (after 6,000 claims of
-    /// one tenant, ~70 pages per claim). What the start skips — a later submission of
+    /// the last claim off it, or of the head the view read. What precedes the head was not
+    /// due when the view was read, and a claim takes the first due operation no concurrent
+    /// claim holds, so what precedes the last claim's was taken, held, or not yet due when
+    /// it ran; the search no longer walks the index entries that claims leave behind until
+    /// vacuum removes them (after 6,000 claims of one tenant, ~70 pages per claim). What the start skips — a later submission of
     /// higher priority, a scheduled one that fell due, a claim that rolled back — is found
     /// by the first claim off the next copy, at most [`VIEW_TTL`] later.
     pub fn start(&self, tenant: &str) -> Option<(i64, i64)> {
