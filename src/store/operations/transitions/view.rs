@@ -7,10 +7,11 @@
 //! (`operations_queued`, `operations_running`), and on a busy table those ranges hold the
 //! index entries of every version a claim or a finish left behind until vacuum reaches
 //! them. Per claim it cost 1.7 ms and ~3,200 buffer reads (pg_stat_statements, 3,000 empty
-//! deletes of one tenant) — half of PostgreSQL's time per operation. Kinds without a concurrency limit claim off a view at
-//! most [`VIEW_TTL`] old (fair share between tenants is then as fresh as that; the claim's
-//! own statement still checks that the row is due and not paused); kinds with a limit, and
-//! every hold, read it fresh so limits and pauses hold exactly.
+//! deletes of one tenant) — half of PostgreSQL's time per operation. Kinds without a
+//! concurrency limit claim off a view at most [`VIEW_TTL`] old (fair share between tenants
+//! is then as fresh as that; the claim's own statement still checks that the row is due
+//! and not paused); kinds with a limit, and every hold, read it fresh so limits and pauses
+//! hold exactly.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{LazyLock, Mutex};
@@ -35,9 +36,9 @@ type QueueRow = (String, Option<String>, i64, Option<i64>, i64, i64, i64, Option
 /// index scan: the next tenant after the last, `ORDER BY … LIMIT 1` rather than `MIN`,
 /// which PostgreSQL computes by reading every row when it expects few), each with its due
 /// head (priority, then age; found once per tenant, then its queue position by id),
-/// running count, last claim and pause. The head's "due" rule
-/// is the claim's (`claim.rs::due`), spelled here with this statement's binds. States are
-/// literals so that the partial indexes serve every read (see [`state_is`]).
+/// running count, last claim and pause. The head's "due" rule is the claim's
+/// (`claim.rs::due`), spelled here with this statement's binds. States are literals so
+/// that the partial indexes serve every read (see [`state_is`]).
 static QUEUES_SQL: LazyLock<String> = LazyLock::new(|| {
     let queued = |alias| state_is(alias, State::Queued);
     let running = |alias| state_is(alias, State::Running);
