@@ -8,7 +8,9 @@
 //! inserts and its checkpoint (byte offset, line number, counts) commit in one
 //! transaction fenced by the lease, so a crash resumes after the last committed batch.
 //! Fetching, decoding and writing run on separate tasks connected by small bounded
-//! channels, so memory stays at a few chunks and batches whatever the artifact's size.
+//! channels, so memory stays at a few chunks and batches whatever the artifact's size. On
+//! PostgreSQL two batches' transactions overlap (one copies while the other commits);
+//! they still commit in artifact order (`pipeline::Write`).
 //!
 //! Records keep their ids. Messages go through the one sequence-assignment path
 //! ([`crate::store::messages::append_in`]): an id already in its conversation is skipped, the rest get
@@ -23,7 +25,7 @@ use crate::store::artifacts::{self, ArtifactRow};
 use crate::store::messages::StoredMessages;
 use crate::store::operations::Lease;
 use crate::store::operations::transitions::{self, Signals};
-use crate::store::{Db, StoreError, entries, messages};
+use crate::store::{Db, Engine, StoreError, entries, messages};
 use context_jobs::artifact::{DecodeError, Decoded, Decoder};
 use context_jobs::contract::{ContextInsight, ConversationRecord, ImportContextRequest};
 use context_jobs::ids::{ArtifactId, TenantKey};
@@ -31,7 +33,9 @@ use context_jobs::kinds::import::{
     Import, ImportArgs, ImportCheckpoint, ImportResult, PHASE_DONE, PHASE_IMPORTING, PHASE_VALIDATING,
 };
 use context_jobs::operation::{ErrorCode, Progress, Transition};
-use pipeline::{Write, spawn_decoder, spawn_fetcher};
+use pipeline::{Advance, Base, Write, spawn_decoder, spawn_fetcher};
+use std::collections::VecDeque;
+use tokio::sync::oneshot;
 
 impl Job for Import {
     /// The core checks the sources and limits; here an `artifactRef` must name a ready
@@ -74,13 +78,10 @@ async fn inline(
 ) -> Result<ImportResult, JobError> {
     let n = (messages.len() + entries.len()) as u64;
     let rows: StoredMessages = messages.iter().collect();
-    let mut checkpoint = ImportCheckpoint {
-        messages_read: messages.len() as u64,
-        entries_read: entries.len() as u64,
-        done: true,
-        ..Default::default()
-    };
-    write_batch(&ctx.db, &ctx.lease, ctx.tenant(), &rows, entries, &mut checkpoint, n).await?;
+    let advance = Advance { end: None, messages: messages.len() as u64, entries: entries.len() as u64, last: true };
+    let rows = Rows { messages: &rows, entries, advance: &advance };
+    let base = Base::Known(ImportCheckpoint::default());
+    let (checkpoint, _) = write_batch(&ctx.db, &ctx.lease, ctx.tenant(), rows, base, None, n).await?;
     ctx.changes.committed(&ctx.operation.id, &ctx.operation.tenant);
     Ok((&checkpoint).into())
 }
@@ -132,8 +133,9 @@ async fn validate(ctx: &JobCtx, args: &ImportArgs, artifact: &ArtifactRow) -> Re
 }
 
 /// Three stages overlap: a task fetches chunks, a task decodes them into batches, and
-/// the job writes one batch while the next is prepared (at most one write in flight, so
-/// they commit in order).
+/// batches are written as the next ones are prepared — one write at a time on SQLite
+/// (one writer anyway), two overlapping on PostgreSQL for batches of messages (see
+/// [`Write`]: each commits after the one before, so checkpoints stay in artifact order).
 async fn import(
     ctx: &JobCtx,
     args: &ImportArgs,
@@ -142,48 +144,76 @@ async fn import(
     total: u64,
 ) -> Result<ImportResult, JobError> {
     let mut batches = spawn_decoder(ctx, args, artifact, &checkpoint);
-    let mut inflight: Option<Write> = None;
+    let overlapping = ctx.db.engine() == Engine::Postgres;
+    let mut inflight: VecDeque<Write> = VecDeque::new();
     while let Some(batch) = batches.recv().await {
         let batch = batch?;
-        if let Some(previous) = inflight.take() {
+        // A batch with entries waits for every write before it: entries are not keyed by
+        // conversation, so two transactions could wait on each other's.
+        let overlap = overlapping && batch.entries.is_empty();
+        while inflight.len() > usize::from(overlap) {
+            let Some(write) = inflight.pop_front() else { break };
             let signals;
-            (checkpoint, signals) = previous.join().await?;
+            (checkpoint, signals) = write.join().await?;
             ctx.boundary(signals)?;
         }
-        let mut next = checkpoint.clone();
-        if let Some((offset, line)) = batch.end {
-            (next.offset, next.line) = (offset, line);
-        }
-        next.messages_read += batch.messages.len() as u64;
-        next.entries_read += batch.entries.len() as u64;
-        next.done = batch.last;
-        inflight = Some(Write::spawn(ctx, batch.messages, batch.entries, next, total));
+        let base = match inflight.back_mut() {
+            None => Base::Known(checkpoint.clone()),
+            Some(previous) => {
+                if previous.locked().await {
+                    previous.follow()?
+                } else {
+                    // It failed before taking its locks: report its error.
+                    for write in std::mem::take(&mut inflight) {
+                        write.join().await?;
+                    }
+                    return Err(JobError::transient("an import write ended before taking its locks"));
+                }
+            }
+        };
+        inflight.push_back(Write::spawn(ctx, batch, base, total));
     }
-    let Some(last) = inflight else {
+    let mut last = None;
+    for write in std::mem::take(&mut inflight) {
+        last = Some(write.join().await?.0);
+    }
+    let Some(checkpoint) = last else {
         return Err(JobError::transient("the artifact decoder stopped early"));
     };
-    let (checkpoint, _) = last.join().await?;
     if !checkpoint.done {
         return Err(JobError::transient("the artifact decoder stopped before the end"));
     }
     Ok((&checkpoint).into())
 }
 
-/// One fenced transaction: the messages, the entries and the checkpoint (counts updated).
+/// A batch's records and what it adds to the checkpoint.
+struct Rows<'a> {
+    messages: &'a StoredMessages,
+    entries: &'a [ContextInsight],
+    advance: &'a Advance,
+}
+
+/// One fenced transaction: the messages, the entries and the checkpoint (`base` advanced
+/// by the batch, counts updated). `locked` is told once the batch's conversation rows are
+/// locked; `base` is awaited only before the checkpoint is written.
 async fn write_batch(
     db: &Db,
     lease: &Lease,
     tenant: &TenantKey,
-    messages: &StoredMessages,
-    entries: &[ContextInsight],
-    checkpoint: &mut ImportCheckpoint,
+    rows: Rows<'_>,
+    base: Base,
+    locked: Option<oneshot::Sender<()>>,
     total: u64,
-) -> Result<Signals, JobError> {
-    let mut next = checkpoint.clone();
+) -> Result<(ImportCheckpoint, Signals), JobError> {
     let mut tx = db.begin_write().await?;
     tx.relax_commit().await?;
-    let appended = messages::append_in(&mut tx, tenant, messages).await.map_err(append_failed)?;
-    let (inserted, skipped) = entries::rows::import(&mut tx, tenant, entries).await?;
+    let held = messages::lock_conversations(&mut tx, tenant, rows.messages).await.map_err(append_failed)?;
+    if let Some(locked) = locked {
+        let _ = locked.send(());
+    }
+    let appended = messages::insert_locked(&mut tx, tenant, held).await.map_err(append_failed)?;
+    let (inserted, skipped) = entries::rows::import(&mut tx, tenant, rows.entries).await?;
+    let mut next = rows.advance.apply(base.resolve().await?);
     next.messages.inserted += appended.appended as u64;
     next.messages.skipped += appended.skipped as u64;
     next.entries.inserted += inserted;
@@ -194,9 +224,8 @@ async fn write_batch(
     let signals = transitions::apply(&mut tx, lease, &t).await?;
     tx.commit().await?;
     metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "import")
-        .increment((messages.len() + entries.len()) as u64);
-    *checkpoint = next;
-    Ok(signals)
+        .increment((rows.messages.len() + rows.entries.len()) as u64);
+    Ok((next, signals))
 }
 
 fn progress(phase: &'static str, checkpoint: &ImportCheckpoint, total: u64) -> Result<Progress, JobError> {

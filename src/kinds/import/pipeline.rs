@@ -1,13 +1,13 @@
 //! The import's pipeline: a task fetches the artifact's chunks, a task decodes them into
-//! batches, and the job writes one batch while the next is prepared (at most one write in
-//! flight, so they commit in order). Small bounded channels keep memory at a few chunks and
-//! batches whatever the artifact's size.
+//! batches, and batches are written on their own tasks while the next are decoded — one
+//! write at a time on SQLite, two overlapping on PostgreSQL (see [`Write`]). Small bounded
+//! channels keep memory at a few chunks and batches whatever the artifact's size.
 
 use std::sync::atomic::Ordering;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use super::{malformed, prepare, write_batch};
+use super::{Rows, malformed, prepare, write_batch};
 use crate::kinds::job::{JobCtx, JobError};
 use crate::store::Db;
 use crate::store::artifacts::{ArtifactRow, ChunkReader};
@@ -104,40 +104,111 @@ pub(super) fn spawn_fetcher(db: &Db, artifact: &ArtifactRow, offset: u64) -> mps
     rx
 }
 
-/// A batch's write on its own task; joined before the next one starts.
-pub(super) struct Write(tokio::task::JoinHandle<Result<(ImportCheckpoint, Signals), JobError>>);
+/// What a batch adds to the checkpoint it builds on.
+pub(super) struct Advance {
+    /// `(offset, line)` just past its last record (`None`: leave them).
+    pub(super) end: Option<(u64, u64)>,
+    pub(super) messages: u64,
+    pub(super) entries: u64,
+    pub(super) last: bool,
+}
+
+impl Advance {
+    fn of(batch: &Batch) -> Self {
+        let (messages, entries) = (batch.messages.len() as u64, batch.entries.len() as u64);
+        Advance { end: batch.end, messages, entries, last: batch.last }
+    }
+
+    pub(super) fn apply(&self, mut checkpoint: ImportCheckpoint) -> ImportCheckpoint {
+        if let Some((offset, line)) = self.end {
+            (checkpoint.offset, checkpoint.line) = (offset, line);
+        }
+        checkpoint.messages_read += self.messages;
+        checkpoint.entries_read += self.entries;
+        checkpoint.done = self.last;
+        checkpoint
+    }
+}
+
+/// The checkpoint a batch's write builds on: known when it starts, or the one the write
+/// before it commits (sent once that commit has returned).
+pub(super) enum Base {
+    Known(ImportCheckpoint),
+    After(oneshot::Receiver<ImportCheckpoint>),
+}
+
+impl Base {
+    pub(super) async fn resolve(self) -> Result<ImportCheckpoint, JobError> {
+        match self {
+            Base::Known(checkpoint) => Ok(checkpoint),
+            Base::After(previous) => {
+                previous.await.map_err(|_| JobError::transient("the previous import batch did not commit"))
+            }
+        }
+    }
+}
+
+/// A batch's write on its own task.
+///
+/// On PostgreSQL two writes overlap: the next batch's transaction starts once this one has
+/// locked its conversation rows ([`Write::locked`]) — so a conversation both batches hold
+/// waits for this commit and keeps artifact order — and it commits only after this one
+/// has, on top of the checkpoint this one committed ([`Write::follow`]). A batch that
+/// fails takes the one after it down with it (its transaction rolls back), so the
+/// committed checkpoints stay a prefix of the artifact.
+pub(super) struct Write {
+    task: tokio::task::JoinHandle<Result<(ImportCheckpoint, Signals), JobError>>,
+    locked: Option<oneshot::Receiver<()>>,
+    committed: Option<oneshot::Receiver<ImportCheckpoint>>,
+}
 
 impl Write {
-    pub(super) fn spawn(
-        ctx: &JobCtx,
-        messages: StoredMessages,
-        entries: Vec<ContextInsight>,
-        checkpoint: ImportCheckpoint,
-        total: u64,
-    ) -> Write {
+    pub(super) fn spawn(ctx: &JobCtx, batch: Batch, base: Base, total: u64) -> Write {
         let (db, lease, tenant) = (ctx.db.clone(), ctx.lease.clone(), ctx.tenant().clone());
         let (changes, progressed) = (ctx.changes.clone(), ctx.processed.clone());
-        Write(tokio::spawn(async move {
-            let mut checkpoint = checkpoint;
+        let (locked_tx, locked) = oneshot::channel();
+        let (committed_tx, committed) = oneshot::channel();
+        let task = tokio::spawn(async move {
             let started = std::time::Instant::now();
-            let signals = write_batch(&db, &lease, &tenant, &messages, &entries, &mut checkpoint, total).await?;
+            let advance = Advance::of(&batch);
+            let rows = Rows { messages: &batch.messages, entries: &batch.entries, advance: &advance };
+            let (checkpoint, signals) = write_batch(&db, &lease, &tenant, rows, base, Some(locked_tx), total).await?;
+            let _ = committed_tx.send(checkpoint.clone());
             changes.committed(&lease.operation_id, &lease.tenant);
             progressed.store((checkpoint.messages_read + checkpoint.entries_read) as i64, Ordering::Relaxed);
             let write_ms = started.elapsed().as_millis() as u64;
             tracing::debug!(operation = %lease.operation_id, line = checkpoint.line, write_ms, "import batch committed");
             Ok((checkpoint, signals))
-        }))
+        });
+        Write { task, locked: Some(locked), committed: Some(committed) }
+    }
+
+    /// Wait until the write holds its conversations' locks; `false` if it ended without
+    /// (it failed: [`Write::join`] says why).
+    pub(super) async fn locked(&mut self) -> bool {
+        match self.locked.take() {
+            Some(locked) => locked.await.is_ok(),
+            None => true,
+        }
+    }
+
+    /// The base of the write that follows this one (one follows each).
+    pub(super) fn follow(&mut self) -> Result<Base, JobError> {
+        let committed =
+            self.committed.take().ok_or_else(|| JobError::transient("an import write was followed twice"))?;
+        Ok(Base::After(committed))
     }
 
     /// Wait for the write: the checkpoint it committed and whether cancel was requested.
     pub(super) async fn join(mut self) -> Result<(ImportCheckpoint, Signals), JobError> {
-        (&mut self.0).await.map_err(|e| JobError::transient(format!("an import write task failed: {e}")))?
+        (&mut self.task).await.map_err(|e| JobError::transient(format!("an import write task failed: {e}")))?
     }
 }
 
-/// A job that stops early does not leave its write running (the transaction rolls back).
+/// A job that stops early does not leave its writes running (their transactions roll
+/// back).
 impl Drop for Write {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
     }
 }

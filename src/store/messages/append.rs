@@ -52,32 +52,72 @@ fn group_by_conversation(records: &StoredMessages) -> (BTreeMap<&str, Vec<Stored
 /// Records whose id exists in their conversation, or repeats earlier in the batch, are
 /// skipped. A conversation being deleted is a `StoreError::Conflict`.
 pub async fn append_in(tx: &mut Tx, tenant: &TenantKey, records: &StoredMessages) -> StoreResult<AppendResponse> {
+    let locked = lock_conversations(tx, tenant, records).await?;
+    insert_locked(tx, tenant, locked).await
+}
+
+/// A batch grouped by conversation whose conversation rows this transaction has locked
+/// (made by [`lock_conversations`], written by [`insert_locked`]).
+pub struct Locked<'a> {
+    conversations: Vec<LockedConversation<'a>>,
+    /// Ids repeated within the batch (dropped).
+    repeated: usize,
+    now: i64,
+}
+
+struct LockedConversation<'a> {
+    id: &'a str,
+    agent: Option<&'a str>,
+    next_sequence: i64,
+    rows: Vec<StoredMessage<'a>>,
+}
+
+/// The first half of [`append_in`]: upsert and lock every conversation of the batch (key
+/// order) and read its next sequence. Once this returns, no other transaction can take
+/// these conversations' sequences until this one ends — which lets the import start its
+/// next batch's transaction here (see `kinds::import::pipeline`).
+pub async fn lock_conversations<'a>(
+    tx: &mut Tx,
+    tenant: &TenantKey,
+    records: &'a StoredMessages,
+) -> StoreResult<Locked<'a>> {
     let now = now_ms();
-    let (groups, mut skipped) = group_by_conversation(records);
-    let mut appended = 0usize;
-    for (conversation, group) in &groups {
-        let agent = group.iter().find_map(|r| r.agent);
+    let (groups, repeated) = group_by_conversation(records);
+    let mut conversations = Vec::with_capacity(groups.len());
+    for (id, rows) in groups {
+        let agent = rows.iter().find_map(|r| r.agent);
         let (next_sequence, deleting): (i64, Option<String>) = query(UPSERT_CONVERSATION_SQL)
             .bind(tenant.as_str())
-            .bind(*conversation)
+            .bind(id)
             .bind(agent)
             .bind(now)
             .fetch_one(&mut *tx)
             .await?;
         if let Some(op) = deleting {
             return Err(StoreError::Conflict(format!(
-                "conversation {conversation:?} is being deleted by operation {op}; retry after it finishes"
+                "conversation {id:?} is being deleted by operation {op}; retry after it finishes"
             )));
         }
+        conversations.push(LockedConversation { id, agent, next_sequence, rows });
+    }
+    Ok(Locked { conversations, repeated, now })
+}
+
+/// The second half of [`append_in`]: insert the new rows of each locked conversation and
+/// advance it.
+pub async fn insert_locked(tx: &mut Tx, tenant: &TenantKey, locked: Locked<'_>) -> StoreResult<AppendResponse> {
+    let Locked { conversations, repeated: mut skipped, now } = locked;
+    let tenant = tenant.as_str();
+    let mut appended = 0usize;
+    for LockedConversation { id: conversation, agent, next_sequence, rows: group } in conversations {
         // Common case first: every id is new. Where the engine can insert all rows and
         // learn of a duplicate from the unique index itself, it does so (see
         // `insert_if_all_new`); a conversation that never had a message (sequences start
         // at 1) has nothing to skip; otherwise check which ids exist.
-        let tenant = tenant.as_str();
         let all_new = next_sequence > 1
             && match tx {
-                Tx::Postgres(c) => c.insert_if_all_new(tenant, conversation, next_sequence, now, group).await?,
-                Tx::Sqlite(c) => c.insert_if_all_new(tenant, conversation, next_sequence, now, group).await?,
+                Tx::Postgres(c) => c.insert_if_all_new(tenant, conversation, next_sequence, now, &group).await?,
+                Tx::Sqlite(c) => c.insert_if_all_new(tenant, conversation, next_sequence, now, &group).await?,
             };
         let fresh: Vec<StoredMessage<'_>> = if all_new {
             group.clone()
@@ -106,7 +146,7 @@ pub async fn append_in(tx: &mut Tx, tenant: &TenantKey, records: &StoredMessages
         }
         query(ADVANCE_CONVERSATION_SQL)
             .bind(tenant)
-            .bind(*conversation)
+            .bind(conversation)
             .bind(next_sequence + fresh.len() as i64)
             .bind(fresh.len() as i64)
             .bind(now)

@@ -8,6 +8,6 @@ pub mod deletes;
 pub mod reads;
 pub mod stored;
 
-pub use append::{append, append_in};
+pub use append::{Locked, append, append_in, insert_locked, lock_conversations};
 pub use reads::{count_estimate, list_conversations, newest_through, page, recent, search};
 pub use stored::StoredMessages;

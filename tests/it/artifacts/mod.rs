@@ -3,7 +3,8 @@
 //! lifecycle (`download`), upload offset, base64 and digest checks (`upload`), corrupted
 //! artifacts of every kind and inline imports (`import`), tenant walls (`tenants`), export
 //! filters and renaming imports (`transfer`), and
-//! SIGKILL of the real binary mid-export and mid-import (`faults`).
+//! SIGKILL of the real binary mid-export and mid-import (`faults`), and a failed batch taking
+//! the overlapping one down on PostgreSQL (`overlap`).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -21,6 +22,7 @@ mod download;
 mod export;
 mod faults;
 mod import;
+mod overlap;
 mod tenants;
 mod transfer;
 mod upload;
