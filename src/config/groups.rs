@@ -224,6 +224,12 @@ pub struct ArtifactConfig {
     /// Days artifacts are kept before they expire.
     #[arg(long, env = "CONTEXT_OPS_ARTIFACT_RETENTION_DAYS", default_value_t = 7)]
     pub artifact_retention_days: u32,
+
+    /// PostgreSQL: most import batches written (uncommitted, in one transaction) while the
+    /// artifact is still being validated. Bounds the locks held and the work a crash loses
+    /// then; at least 1.
+    #[arg(long, env = "CONTEXT_OPS_IMPORT_VALIDATING_BATCHES", default_value_t = 64)]
+    pub import_validating_batches: u32,
 }
 
 #[derive(Clone, Args)]

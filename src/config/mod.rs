@@ -330,6 +330,10 @@ impl Config {
             self.artifacts.artifact_chunk_bytes >= 4096,
             "CONTEXT_OPS_ARTIFACT_CHUNK_BYTES must be at least 4096"
         );
+        anyhow::ensure!(
+            self.artifacts.import_validating_batches >= 1,
+            "CONTEXT_OPS_IMPORT_VALIDATING_BATCHES must be at least 1"
+        );
         let p = &self.provider;
         anyhow::ensure!(p.responses_max_attempts >= 1, "RESPONSES_MAX_ATTEMPTS must be at least 1");
         anyhow::ensure!(

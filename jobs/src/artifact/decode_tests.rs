@@ -220,3 +220,16 @@ fn overlong_lines_are_rejected_without_buffering_them() {
     let e = result.unwrap_err();
     assert_eq!((e.code().as_str(), e.line), ("artifact_bad_line", 2));
 }
+
+#[test]
+fn an_unhashed_decoder_reads_the_same_records_and_checks_no_digest() {
+    let (bytes, digest) = artifact(7, 2);
+    let (hashed, _) = decode_in(&bytes, 5).unwrap();
+    let mut decoder = Decoder::unhashed();
+    let mut out = Vec::new();
+    decoder.feed(&bytes, &mut out).unwrap();
+    let summary = decoder.finish().unwrap();
+    assert_eq!(out, hashed);
+    assert_eq!((summary.messages, summary.entries, summary.digest.as_deref()), (7, 2, None));
+    assert!(summary.check_digest(&digest).is_err(), "nothing hashed, nothing to vouch for");
+}

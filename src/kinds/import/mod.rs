@@ -3,7 +3,9 @@
 //!
 //! From an artifact, phase `validating` first streams every byte through the decoder and
 //! the digest: a malformed artifact fails with the decoder's stable `errorCode` and the
-//! offending line, having written nothing. Then phase `importing` decodes again from the
+//! offending line, having written nothing (on PostgreSQL the first batches are written
+//! meanwhile, in a transaction that commits only after validation: `validating`). Then
+//! phase `importing` decodes again from the
 //! checkpointed line boundary and writes batches of `batch_size` records; each batch's
 //! inserts and its checkpoint (byte offset, line number, counts) commit in one
 //! transaction fenced by the lease, so a crash resumes after the last committed batch.
@@ -18,6 +20,7 @@
 //! [`crate::store::entries::rows::import`]. Re-importing is therefore a no-op that reports skips.
 
 mod pipeline;
+mod validating;
 
 use super::{Job, Prepared, SubmitCtx, SubmitError};
 use crate::kinds::job::{Finish, JobCtx, JobError, encode};
@@ -25,7 +28,7 @@ use crate::store::artifacts::{self, ArtifactRow};
 use crate::store::messages::StoredMessages;
 use crate::store::operations::Lease;
 use crate::store::operations::transitions::{self, Signals};
-use crate::store::{Db, Engine, StoreError, entries, messages};
+use crate::store::{Db, Engine, StoreError, Tx, entries, messages};
 use context_jobs::artifact::{DecodeError, Decoded, Decoder};
 use context_jobs::contract::{ContextInsight, ConversationRecord, ImportContextRequest};
 use context_jobs::ids::{ArtifactId, TenantKey};
@@ -33,7 +36,7 @@ use context_jobs::kinds::import::{
     Import, ImportArgs, ImportCheckpoint, ImportResult, PHASE_DONE, PHASE_IMPORTING, PHASE_VALIDATING,
 };
 use context_jobs::operation::{ErrorCode, Progress, Transition};
-use pipeline::{Advance, Base, Write, spawn_decoder, spawn_fetcher};
+use pipeline::{Advance, Base, Batches, Write, spawn_decoder, spawn_fetcher};
 use std::collections::VecDeque;
 use tokio::sync::oneshot;
 
@@ -95,41 +98,58 @@ async fn from_artifact(
     let artifact = artifacts::get(&ctx.db, ctx.tenant(), id).await?.filter(ArtifactRow::is_ready).ok_or_else(|| {
         JobError::permanent(ErrorCode::ArtifactNotFound, format!("artifact {id} is gone (deleted or expired)"))
     })?;
-    let (checkpoint, total) = match checkpoint {
-        Some(c) => (c, ctx.operation.total.max(0) as u64),
-        None => {
-            let total = validate(ctx, args, &artifact).await?;
-            let checkpoint = ImportCheckpoint::default();
-            let progress = progress(PHASE_IMPORTING, &checkpoint, total)?;
-            ctx.save_progress(&progress).await?;
-            (checkpoint, total)
+    if let Some(checkpoint) = checkpoint {
+        let batches = spawn_decoder(ctx, args, &artifact, &checkpoint);
+        return import(ctx, batches, checkpoint, ctx.operation.total.max(0) as u64).await;
+    }
+    let validating = Progress { phase: PHASE_VALIDATING, processed: 0, total: 0, checkpoint: None };
+    ctx.save_progress(&validating).await?;
+    let validation = validate(ctx, args, &artifact);
+    let start = ImportCheckpoint::default();
+    if ctx.db.engine() == Engine::Postgres {
+        // The database writes while the validating pass reads (see `validating`).
+        let mut batches = spawn_decoder(ctx, args, &artifact, &start);
+        let (checkpoint, total) = validating::write(ctx, &mut batches, tokio::spawn(validation)).await?;
+        if checkpoint.done {
+            return Ok((&checkpoint).into());
         }
-    };
-    import(ctx, args, &artifact, checkpoint, total).await
+        return import(ctx, batches, checkpoint, total).await;
+    }
+    // SQLite has one writer: a transaction held open through validation would hold it.
+    let total = validation.await?;
+    ctx.save_progress(&progress(PHASE_IMPORTING, &start, total)?).await?;
+    let batches = spawn_decoder(ctx, args, &artifact, &start);
+    import(ctx, batches, start, total).await
 }
 
 /// Stream the whole artifact through the decoder and the digest, each record prepared as
 /// the importing pass will write it (`Import::prepare_record`); nothing is written.
-/// Returns the number of records.
-async fn validate(ctx: &JobCtx, args: &ImportArgs, artifact: &ArtifactRow) -> Result<u64, JobError> {
-    let progress = Progress { phase: PHASE_VALIDATING, processed: 0, total: 0, checkpoint: None };
-    ctx.save_progress(&progress).await?;
+/// Resolves to the number of records. Owns what it needs, so it can run on its own task.
+fn validate(
+    ctx: &JobCtx,
+    args: &ImportArgs,
+    artifact: &ArtifactRow,
+) -> impl Future<Output = Result<u64, JobError>> + Send + 'static {
     let mut pieces = spawn_fetcher(&ctx.db, artifact, 0);
-    let mut decoder = Decoder::new();
-    let mut scratch = Vec::new();
-    while let Some(piece) = pieces.recv().await {
-        decoder.feed(&piece?, &mut scratch).map_err(malformed)?;
-        for decoded in &mut scratch {
-            prepare(args, decoded)?;
+    let (args, shutdown) = (args.clone(), ctx.shutdown.clone());
+    let expected = artifact.digest.clone().unwrap_or_default();
+    async move {
+        let mut decoder = Decoder::new();
+        let mut scratch = Vec::new();
+        while let Some(piece) = pieces.recv().await {
+            decoder.feed(&piece?, &mut scratch).map_err(malformed)?;
+            for decoded in &mut scratch {
+                prepare(&args, decoded)?;
+            }
+            scratch.clear();
+            if shutdown.is_cancelled() {
+                return Err(JobError::ShuttingDown);
+            }
         }
-        scratch.clear();
-        if ctx.shutdown.is_cancelled() {
-            return Err(JobError::ShuttingDown);
-        }
+        let summary = decoder.finish().map_err(malformed)?;
+        summary.check_digest(&expected).map_err(malformed)?;
+        Ok(summary.messages + summary.entries)
     }
-    let summary = decoder.finish().map_err(malformed)?;
-    summary.check_digest(artifact.digest.as_deref().unwrap_or_default()).map_err(malformed)?;
-    Ok(summary.messages + summary.entries)
 }
 
 /// Three stages overlap: a task fetches chunks, a task decodes them into batches, and
@@ -138,12 +158,10 @@ async fn validate(ctx: &JobCtx, args: &ImportArgs, artifact: &ArtifactRow) -> Re
 /// [`Write`]: each commits after the one before, so checkpoints stay in artifact order).
 async fn import(
     ctx: &JobCtx,
-    args: &ImportArgs,
-    artifact: &ArtifactRow,
+    mut batches: Batches,
     mut checkpoint: ImportCheckpoint,
     total: u64,
 ) -> Result<ImportResult, JobError> {
-    let mut batches = spawn_decoder(ctx, args, artifact, &checkpoint);
     let overlapping = ctx.db.engine() == Engine::Postgres;
     let mut inflight: VecDeque<Write> = VecDeque::new();
     while let Some(batch) = batches.recv().await {
@@ -207,25 +225,58 @@ async fn write_batch(
 ) -> Result<(ImportCheckpoint, Signals), JobError> {
     let mut tx = db.begin_write().await?;
     tx.relax_commit().await?;
-    let held = messages::lock_conversations(&mut tx, tenant, rows.messages).await.map_err(append_failed)?;
-    if let Some(locked) = locked {
-        let _ = locked.send(());
-    }
-    let appended = messages::insert_locked(&mut tx, tenant, held).await.map_err(append_failed)?;
-    let (inserted, skipped) = entries::rows::import(&mut tx, tenant, rows.entries).await?;
-    let mut next = rows.advance.apply(base.resolve().await?);
-    next.messages.inserted += appended.appended as u64;
-    next.messages.skipped += appended.skipped as u64;
-    next.entries.inserted += inserted;
-    next.entries.skipped += skipped;
+    let counts = insert_rows(&mut tx, tenant, &rows, locked).await?;
+    let next = counts.add_to(rows.advance.apply(base.resolve().await?));
+    let signals = commit(tx, lease, &next, total, rows.messages.len() + rows.entries.len()).await?;
+    Ok((next, signals))
+}
+
+/// The checkpoint `next` written (fenced by the lease) into `tx`, which commits with it;
+/// `records` is what the transaction wrote.
+async fn commit(
+    mut tx: Tx,
+    lease: &Lease,
+    next: &ImportCheckpoint,
+    total: u64,
+    records: usize,
+) -> Result<Signals, JobError> {
     let phase = if next.done { PHASE_DONE } else { PHASE_IMPORTING };
-    let progress = progress(phase, &next, total)?;
+    let progress = progress(phase, next, total)?;
     let t = Transition::Checkpoint { progress: &progress, lease_until_ms: lease.renewed_until() };
     let signals = transitions::apply(&mut tx, lease, &t).await?;
     tx.commit().await?;
-    metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "import")
-        .increment((rows.messages.len() + rows.entries.len()) as u64);
-    Ok((next, signals))
+    metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "import").increment(records as u64);
+    Ok(signals)
+}
+
+/// What a batch's rows added: messages inserted and skipped, entries inserted and skipped.
+struct Counts(u64, u64, u64, u64);
+
+impl Counts {
+    fn add_to(&self, mut checkpoint: ImportCheckpoint) -> ImportCheckpoint {
+        checkpoint.messages.inserted += self.0;
+        checkpoint.messages.skipped += self.1;
+        checkpoint.entries.inserted += self.2;
+        checkpoint.entries.skipped += self.3;
+        checkpoint
+    }
+}
+
+/// A batch's messages (conversations locked first, `locked` told then) and entries into
+/// `tx`.
+async fn insert_rows(
+    tx: &mut Tx,
+    tenant: &TenantKey,
+    rows: &Rows<'_>,
+    locked: Option<oneshot::Sender<()>>,
+) -> Result<Counts, JobError> {
+    let held = messages::lock_conversations(tx, tenant, rows.messages).await.map_err(append_failed)?;
+    if let Some(locked) = locked {
+        let _ = locked.send(());
+    }
+    let appended = messages::insert_locked(tx, tenant, held).await.map_err(append_failed)?;
+    let (inserted, skipped) = entries::rows::import(tx, tenant, rows.entries).await?;
+    Ok(Counts(appended.appended as u64, appended.skipped as u64, inserted, skipped))
 }
 
 fn progress(phase: &'static str, checkpoint: &ImportCheckpoint, total: u64) -> Result<Progress, JobError> {

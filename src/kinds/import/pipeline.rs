@@ -29,6 +29,9 @@ pub(super) struct Batch {
     pub(super) last: bool,
 }
 
+/// Decoded batches in artifact order, or the failure that ended the decoding.
+pub(super) type Batches = mpsc::Receiver<Result<Batch, JobError>>;
+
 /// Decode from the checkpoint's line boundary into batches of `batch_size` records; the
 /// final batch (possibly empty) says it is the last. A failure is sent instead of a batch.
 pub(super) fn spawn_decoder(
@@ -36,12 +39,12 @@ pub(super) fn spawn_decoder(
     args: &ImportArgs,
     artifact: &ArtifactRow,
     checkpoint: &ImportCheckpoint,
-) -> mpsc::Receiver<Result<Batch, JobError>> {
+) -> Batches {
     let (tx, rx) = mpsc::channel(1);
     let batch = ctx.batch_size().max(1) as usize;
     let mut pieces = spawn_fetcher(&ctx.db, artifact, checkpoint.offset);
     let mut decoder = Some(if checkpoint.offset == 0 {
-        Decoder::new()
+        Decoder::unhashed()
     } else {
         Decoder::resume(checkpoint.offset, checkpoint.line, checkpoint.messages_read, checkpoint.entries_read)
     });
@@ -114,7 +117,7 @@ pub(super) struct Advance {
 }
 
 impl Advance {
-    fn of(batch: &Batch) -> Self {
+    pub(super) fn of(batch: &Batch) -> Self {
         let (messages, entries) = (batch.messages.len() as u64, batch.entries.len() as u64);
         Advance { end: batch.end, messages, entries, last: batch.last }
     }

@@ -75,7 +75,9 @@ async fn corrupted_artifacts_fail_and_write_nothing(app: TestApp) {
         assert!(page_all(&app, "bad").await.is_empty(), "{what}: nothing may be written");
     }
 
-    // Bytes altered at rest after sealing: the digest no longer matches.
+    // Bytes altered at rest after sealing: the digest no longer matches. Every line still
+    // decodes, so on PostgreSQL the first batch (at least) is written while the artifact
+    // validates, and must roll back.
     let id = upload(&app, &join_lines(&lines), 1 << 20).await;
     tamper(app.db(), &id, b"text 7", b"text 8").await;
     let op = import(&app, json!({"artifactRef": id, "idempotencyKey": "tampered"})).await;

@@ -46,7 +46,13 @@ async fn sessions(probe: &sqlx::PgPool, except: i32) -> Vec<(i32, String, String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_batch_takes_the_overlapping_one_down() {
-    let app = TestApp::start_with(Backend::Postgres, |c| c.worker.batch_size = 10).await;
+    // Only batch 1 is written while the artifact validates (`kinds::import::validating`);
+    // batches 2 and 3 are the overlapping pair.
+    let app = TestApp::start_with(Backend::Postgres, |c| {
+        c.worker.batch_size = 10;
+        c.artifacts.import_validating_batches = 1;
+    })
+    .await;
     let Db::Postgres(pool) = app.db().clone() else { unreachable!("a PostgreSQL app") };
     // `b` has a message already, so the import appends after it.
     app.append_records(&[message("b", "b-pre", "user", "before")]).await;
