@@ -149,19 +149,25 @@ async fn seed(app: &TestApp) {
     assert_eq!(status, 200, "{body}");
 }
 
-/// A valid artifact of `n` messages in one conversation, as lines (no newlines).
-fn artifact_lines(conversation: &str, n: usize) -> Vec<String> {
+/// A valid artifact of `n` messages in each conversation, one conversation after another.
+fn artifact_bytes(conversations: &[&str], n: usize) -> Vec<u8> {
     let mut encoder = Encoder::new(1 << 20, &Header::new("elsewhere/p", 1_700_000_000_000));
-    for i in 0..n {
-        let record = ConversationRecord {
-            created_at_ms: 1,
-            ..message(conversation, &format!("{conversation}-{i:03}"), "user", &format!("text {i}"))
-        };
-        encoder.message(&record).unwrap();
+    for conversation in conversations {
+        for i in 0..n {
+            let record = ConversationRecord {
+                created_at_ms: 1,
+                ..message(conversation, &format!("{conversation}-{i:03}"), "user", &format!("text {i}"))
+            };
+            encoder.message(&record).unwrap();
+        }
     }
     encoder.finish().unwrap();
-    let bytes: Vec<u8> = encoder.take_ready().into_iter().flat_map(|(_, c)| c).collect();
-    String::from_utf8(bytes).unwrap().lines().map(str::to_string).collect()
+    encoder.take_ready().into_iter().flat_map(|(_, c)| c).collect()
+}
+
+/// A valid artifact of `n` messages in one conversation, as lines (no newlines).
+fn artifact_lines(conversation: &str, n: usize) -> Vec<String> {
+    String::from_utf8(artifact_bytes(&[conversation], n)).unwrap().lines().map(str::to_string).collect()
 }
 
 fn join_lines(lines: &[String]) -> Vec<u8> {

@@ -6,31 +6,14 @@
 
 use std::time::Duration;
 
-use context_jobs::artifact::{Encoder, Header};
-use context_jobs::contract::{ContextOperationState, ConversationRecord};
+use context_jobs::contract::ContextOperationState;
 use context_ops::store::Db;
 use serde_json::json;
 
-use super::{IMPORTS, page_all, upload};
+use super::{IMPORTS, artifact_bytes, page_all, upload};
 use crate::harness::db::{DEFAULT_TENANT, message_count, operation_row};
 use crate::harness::wait::poll_until;
 use crate::harness::{Backend, OperationExt as _, TestApp, message};
-
-/// An artifact of `n` messages in each conversation, one conversation after another.
-fn artifact(conversations: &[&str], n: usize) -> Vec<u8> {
-    let mut encoder = Encoder::new(1 << 20, &Header::new("elsewhere/p", 1_700_000_000_000));
-    for conversation in conversations {
-        for i in 0..n {
-            let record = ConversationRecord {
-                created_at_ms: 1,
-                ..message(conversation, &format!("{conversation}-{i:03}"), "user", &format!("text {i}"))
-            };
-            encoder.message(&record).unwrap();
-        }
-    }
-    encoder.finish().unwrap();
-    encoder.take_ready().into_iter().flat_map(|(_, c)| c).collect()
-}
 
 /// The app's backends as `(pid, state, query)`, but `except`.
 async fn sessions(probe: &sqlx::PgPool, except: i32) -> Vec<(i32, String, String)> {
@@ -57,7 +40,7 @@ async fn a_failed_batch_takes_the_overlapping_one_down() {
     // `b` has a message already, so the import appends after it.
     app.append_records(&[message("b", "b-pre", "user", "before")]).await;
     // Batches of 10: a, b, c — one conversation each.
-    let uploaded = upload(&app, &artifact(&["a", "b", "c"], 10), 1 << 16).await;
+    let uploaded = upload(&app, &artifact_bytes(&["a", "b", "c"], 10), 1 << 16).await;
 
     // Another session inserts b's first id and keeps its transaction open: batch 2 locks
     // b's conversation row, then its COPY waits on that id.

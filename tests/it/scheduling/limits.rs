@@ -16,6 +16,9 @@ use crate::harness::jwt::{JWT_SECRET, tenant_token};
 use crate::harness::wait::poll_until;
 use context_jobs::contract::{CONTEXT_OPERATIONS_PATH as OPS, CONVERSATION_DELETE_PATH, ContextOperationState};
 
+/// Each delete takes 600 fenced batches of 10, so the held operations wait long enough to
+/// be seen (with 60 batches of 100, all eight deletes once ended within 0.3 s on SQLite,
+/// before the first poll).
 const MESSAGES: i64 = 6_000;
 
 fn spawn(fx: &Fixture, name: &str) -> Service {
@@ -25,7 +28,7 @@ fn spawn(fx: &Fixture, name: &str) -> Service {
         &[
             ("CONTEXT_OPS_JWT_SECRET", JWT_SECRET),
             ("CONTEXT_OPS_WORKER_CONCURRENCY", "4"),
-            ("CONTEXT_OPS_BATCH_SIZE", "100"),
+            ("CONTEXT_OPS_BATCH_SIZE", "10"),
             ("CONTEXT_OPS_MAX_RUNNING", "delete=3"),
             ("CONTEXT_OPS_MAX_RUNNING_PER_TENANT", "delete=2"),
         ],
