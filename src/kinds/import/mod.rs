@@ -23,6 +23,7 @@ mod pipeline;
 mod validating;
 
 use super::{Job, Prepared, SubmitCtx, SubmitError};
+use crate::changes::Changes;
 use crate::kinds::job::{Finish, JobCtx, JobError, encode};
 use crate::store::artifacts::{self, ArtifactRow};
 use crate::store::messages::StoredMessages;
@@ -38,6 +39,7 @@ use context_jobs::kinds::import::{
 use context_jobs::operation::{ErrorCode, Progress, Transition};
 use pipeline::{Advance, Base, Batches, Write, spawn_decoder, spawn_fetcher};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, Ordering};
 use tokio::sync::oneshot;
 
 impl Job for Import {
@@ -247,6 +249,13 @@ async fn commit(
     tx.commit().await?;
     metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "import").increment(records as u64);
     Ok(signals)
+}
+
+/// After a commit of `checkpoint`: watchers of the operation are told, and the runner's
+/// `processed` moves to it.
+fn announce_commit(changes: &Changes, processed: &AtomicI64, lease: &Lease, checkpoint: &ImportCheckpoint) {
+    changes.committed(&lease.operation_id, &lease.tenant);
+    processed.store((checkpoint.messages_read + checkpoint.entries_read) as i64, Ordering::Relaxed);
 }
 
 /// What a batch's rows added: messages inserted and skipped, entries inserted and skipped.

@@ -3,11 +3,9 @@
 //! write at a time on SQLite, two overlapping on PostgreSQL (see [`Write`]). Small bounded
 //! channels keep memory at a few chunks and batches whatever the artifact's size.
 
-use std::sync::atomic::Ordering;
-
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Rows, malformed, prepare, write_batch};
+use super::{Rows, announce_commit, malformed, prepare, write_batch};
 use crate::kinds::job::{JobCtx, JobError};
 use crate::store::Db;
 use crate::store::artifacts::{ArtifactRow, ChunkReader};
@@ -177,8 +175,7 @@ impl Write {
             let rows = Rows { messages: &batch.messages, entries: &batch.entries, advance: &advance };
             let (checkpoint, signals) = write_batch(&db, &lease, &tenant, rows, base, Some(locked_tx), total).await?;
             let _ = committed_tx.send(checkpoint.clone());
-            changes.committed(&lease.operation_id, &lease.tenant);
-            progressed.store((checkpoint.messages_read + checkpoint.entries_read) as i64, Ordering::Relaxed);
+            announce_commit(&changes, &progressed, &lease, &checkpoint);
             let write_ms = started.elapsed().as_millis() as u64;
             tracing::debug!(operation = %lease.operation_id, line = checkpoint.line, write_ms, "import batch committed");
             Ok((checkpoint, signals))

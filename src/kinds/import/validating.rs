@@ -15,12 +15,10 @@
 //! PostgreSQL then aborts one of the two, and an aborted import retries (a transient
 //! error) from its last checkpoint.
 
-use std::sync::atomic::Ordering;
-
 use tokio::task::JoinHandle;
 
 use super::pipeline::{Advance, Batches};
-use super::{Rows, commit, insert_rows};
+use super::{Rows, announce_commit, commit, insert_rows};
 use crate::kinds::job::{JobCtx, JobError};
 use context_jobs::kinds::import::ImportCheckpoint;
 
@@ -45,7 +43,6 @@ pub(super) async fn write(
     let mut tx = ctx.db.begin_write().await?;
     tx.relax_commit().await?;
     let mut next = ImportCheckpoint::default();
-    let mut records = 0;
     for _ in 0..ctx.config.artifacts.import_validating_batches {
         // The decoder fails on the first malformed line exactly as the validation does
         // (the same decoder), so its error is the one to report.
@@ -53,16 +50,16 @@ pub(super) async fn write(
         let advance = Advance::of(&batch);
         let rows = Rows { messages: &batch.messages, entries: &batch.entries, advance: &advance };
         next = insert_rows(&mut tx, ctx.tenant(), &rows, None).await?.add_to(advance.apply(next));
-        records += batch.messages.len() + batch.entries.len();
         if batch.last || validation.0.is_finished() {
             break;
         }
     }
     let total =
         (&mut validation.0).await.map_err(|e| JobError::transient(format!("the validating task failed: {e}")))??;
+    // It started from the empty checkpoint: what it read is what it wrote.
+    let records = (next.messages_read + next.entries_read) as usize;
     let signals = commit(tx, &ctx.lease, &next, total, records).await?;
-    ctx.changes.committed(&ctx.operation.id, &ctx.operation.tenant);
-    ctx.processed.store((next.messages_read + next.entries_read) as i64, Ordering::Relaxed);
+    announce_commit(&ctx.changes, &ctx.processed, &ctx.lease, &next);
     tracing::debug!(operation = %ctx.operation.id, line = next.line, records, "import: validated, first writes committed");
     ctx.boundary(signals)?;
     Ok((next, total))
