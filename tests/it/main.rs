@@ -11,6 +11,7 @@ mod artifacts;
 mod auth_tenancy;
 mod bad_input;
 mod cli;
+mod collation;
 mod contract_vocabulary;
 mod embeddings_provider;
 mod engine;

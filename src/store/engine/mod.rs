@@ -340,6 +340,7 @@ const POSTGRES_MIGRATIONS: MigrationSet = &[
     ),
     (13, "operation_partial_indexes", include_str!("../../../migrations/postgres/0013_operation_partial_indexes.sql")),
     (14, "operation_queue_indexes", include_str!("../../../migrations/postgres/0014_operation_queue_indexes.sql")),
+    (15, "bytewise_keys", include_str!("../../../migrations/postgres/0015_bytewise_keys.sql")),
 ];
 
 const SQLITE_MIGRATIONS: MigrationSet = &[
@@ -356,6 +357,7 @@ const SQLITE_MIGRATIONS: MigrationSet = &[
     (12, "artifact_chunk_compression", include_str!("../../../migrations/sqlite/0012_artifact_chunk_compression.sql")),
     (13, "operation_partial_indexes", include_str!("../../../migrations/sqlite/0013_operation_partial_indexes.sql")),
     (14, "operation_queue_indexes", include_str!("../../../migrations/sqlite/0014_operation_queue_indexes.sql")),
+    (15, "bytewise_keys", include_str!("../../../migrations/sqlite/0015_bytewise_keys.sql")),
 ];
 
 #[cfg(test)]

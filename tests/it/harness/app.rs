@@ -44,26 +44,45 @@ pub fn unique(prefix: &str) -> String {
 
 /// A database URL of a fresh, empty database for `backend`. `dir` keeps SQLite files.
 pub async fn fresh_database(backend: Backend, dir: &std::path::Path) -> String {
+    fresh_database_in(backend, dir, "context_ops_test", "").await
+}
+
+/// Like [`fresh_database`], but PostgreSQL's default collation is linguistic (ICU `en-US`:
+/// `a < B < b`), as a production database created with `en_US.UTF-8` has it; the test
+/// server's own databases use `C.UTF-8`, which orders text as bytes already.
+pub async fn fresh_linguistic_database(backend: Backend, dir: &std::path::Path) -> String {
+    fresh_database_in(
+        backend,
+        dir,
+        "context_ops_test_icu",
+        " TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'",
+    )
+    .await
+}
+
+/// A new schema in PostgreSQL database `name` (created `WITH {options}` if missing).
+async fn fresh_database_in(backend: Backend, dir: &std::path::Path, name: &str, options: &str) -> String {
     match backend {
         Backend::Sqlite => format!("sqlite:{}", dir.join(format!("{}.sqlite", unique("t"))).display()),
         Backend::Postgres => {
             let server = postgres_server_url();
             let admin = sqlx::PgPool::connect(&format!("{server}/postgres")).await.expect("connect to test PostgreSQL");
-            let exists: Option<i32> =
-                sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = 'context_ops_test'")
-                    .fetch_optional(&admin)
-                    .await
-                    .unwrap();
+            let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+                .bind(name)
+                .fetch_optional(&admin)
+                .await
+                .unwrap();
             if exists.is_none() {
                 // Concurrent tests may race to create it; losing the race is fine.
-                let _ = sqlx::query("CREATE DATABASE context_ops_test").execute(&admin).await;
+                let _ =
+                    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}{options}"))).execute(&admin).await;
             }
             admin.close().await;
             let schema = unique("s");
-            let db = sqlx::PgPool::connect(&format!("{server}/context_ops_test")).await.unwrap();
+            let db = sqlx::PgPool::connect(&format!("{server}/{name}")).await.unwrap();
             sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&db).await.unwrap();
             db.close().await;
-            format!("{server}/context_ops_test?options[search_path]={schema}")
+            format!("{server}/{name}?options[search_path]={schema}")
         }
     }
 }

@@ -34,5 +34,5 @@ pub mod jwt;
 pub mod prometheus;
 pub mod wait;
 
-pub use app::{Backend, TestApp, fresh_database, redis_url, unique};
+pub use app::{Backend, TestApp, fresh_database, fresh_linguistic_database, redis_url, unique};
 pub use client::{OpClient, OperationExt, assert_api_error, message, read};
