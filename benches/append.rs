@@ -21,8 +21,11 @@
 //! closed-loop clients wait ~30 ms for each other whatever the service does (Little's law).
 //!
 //! Environment: `BENCH_MESSAGES`, `BENCH_CLIENTS` (default 4), `BENCH_BATCH` (default 100), `BENCH_POSTGRES_URL` (server URL without a database,
-//! default `TEST_POSTGRES_URL` or `postgres://postgres@127.0.0.1:5432`), `BENCH_REDIS_URL`
-//! (default `TEST_REDIS_URL` or `redis://127.0.0.1:6379`).
+//! default `TEST_POSTGRES_URL` or `postgres://postgres@127.0.0.1:5432`),
+//! `BENCH_POSTGRES_PARAMS` (connection parameters for the service and the baseline alike,
+//! default `sslmode=disable`, as in the other benches: on loopback TLS protects nothing, and
+//! with Debian's `ssl = on` both sides would encrypt every row — set it to `""` to measure
+//! that too), `BENCH_REDIS_URL` (default `TEST_REDIS_URL` or `redis://127.0.0.1:6379`).
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -353,7 +356,8 @@ async fn bench_postgres(workload: &Workload) -> anyhow::Result<(f64, f64, Latenc
     sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {PG_DATABASE}"))).execute(&mut admin).await?;
     admin.close().await?;
 
-    let db_url = format!("{server}/{PG_DATABASE}");
+    let params = std::env::var("BENCH_POSTGRES_PARAMS").unwrap_or_else(|_| "sslmode=disable".into());
+    let db_url = format!("{server}/{PG_DATABASE}?{params}");
     let mut conn = PgConnection::connect(&db_url).await?;
     let autovacuum: String = sqlx::query_scalar("SHOW autovacuum").fetch_one(&mut conn).await?;
     if autovacuum != "on" {
@@ -366,7 +370,7 @@ async fn bench_postgres(workload: &Workload) -> anyhow::Result<(f64, f64, Latenc
     checkpoint(&mut conn).await;
 
     let (ours, latencies) =
-        run_service(&format!("{db_url}?options[search_path]=ours"), Some(redis_url()), workload).await?;
+        run_service(&format!("{db_url}&options[search_path]=ours"), Some(redis_url()), workload).await?;
 
     // The baseline table: a structural copy (columns, constraints, indexes) of the
     // service's migrated `messages` table.
