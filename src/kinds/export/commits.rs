@@ -1,8 +1,8 @@
 //! An export's commits: each batch of chunks and its checkpoint in one fenced transaction
 //! on its own task, overlapping encoding, landing in order.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::sync::Semaphore;
@@ -32,6 +32,9 @@ pub(super) struct Commits {
     slots: Arc<Semaphore>,
     /// Set by a commit that failed or saw a cancel request or a pause: the job stops.
     stop: Arc<AtomicBool>,
+    /// Chunks stored by a commit, for the encoder to write the next ones into
+    /// (`Encoder::recycle`: no fresh megabyte mapped and faulted in per chunk).
+    stored: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
 struct Commit(tokio::task::JoinHandle<Result<Signals, JobError>>);
@@ -42,6 +45,7 @@ impl Commits {
             latest: None,
             slots: Arc::new(Semaphore::new(COMMITS_IN_FLIGHT)),
             stop: Arc::new(AtomicBool::new(false)),
+            stored: Arc::default(),
         }
     }
 
@@ -73,6 +77,9 @@ impl Commits {
         committed: &mut i64,
     ) {
         let slot = self.slots.clone().acquire_owned().await.expect("the semaphore is never closed");
+        for chunk in std::mem::take(&mut *self.stored.lock().unwrap_or_else(|p| p.into_inner())) {
+            encoder.recycle(chunk);
+        }
         let chunks = encoder.take_ready();
         checkpoint.encoder = encoder.state().clone();
         let phase = if finished.is_some() { PHASE_SEALING } else { PHASE_EXPORTING };
@@ -81,7 +88,7 @@ impl Commits {
         let artifact_id = ArtifactId::from_stored(checkpoint.artifact_id.as_str());
         let (changes, progressed): (Changes, _) = (ctx.changes.clone(), ctx.processed.clone());
         let records = (processed - std::mem::replace(committed, processed)).max(0) as u64;
-        let (previous, stop) = (self.latest.take(), self.stop.clone());
+        let (previous, stop, stored) = (self.latest.take(), self.stop.clone(), self.stored.clone());
         self.latest = Some(Commit(tokio::spawn(async move {
             let started = Instant::now();
             let batch =
@@ -101,6 +108,7 @@ impl Commits {
             let bytes: usize = chunks.iter().map(|(_, c)| c.len()).sum();
             let commit_ms = started.elapsed().as_millis() as u64;
             tracing::debug!(operation = %lease.operation_id, processed, bytes, commit_ms, "export batch committed");
+            stored.lock().unwrap_or_else(|p| p.into_inner()).extend(chunks.into_iter().map(|(_, chunk)| chunk));
             outcome
         })));
     }
