@@ -15,7 +15,9 @@
 //!   messages_copy FROM STDIN` of the same rows into an identical table (same indexes);
 //! - memory: each phase runs on a freshly started child, whose idle RSS is measured after
 //!   start-up; its `/proc/<pid>/status` is sampled every 10 ms during the phase, and the peak
-//!   (sampled `VmRSS` or the kernel's `VmHWM`, whichever is higher) is reported above idle.
+//!   (sampled `VmRSS` or the kernel's `VmHWM`, whichever is higher) is reported above idle;
+//!   beside it, the service's CPU time and minor page faults over the phase (from
+//!   `/proc/<pid>/stat`: steadier than wall-clock rates on a shared host).
 //!
 //! Targets (issue 16): ≥ 0.8× the baseline's messages/s for both, ≤ 32 MiB above idle for both.
 //! Absolute figures depend on the machine; the ratios are what the run reports.
@@ -85,11 +87,32 @@ fn memory_kib(pid: u32) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// `(minor page faults, CPU seconds in user and kernel mode)` of `pid` so far. Its CPU
+/// time is steadier than wall-clock rates on a shared host (steal is not in it), and the
+/// faults count the fresh memory it touched.
+fn cpu_and_faults(pid: u32) -> Option<(u64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces): state is the first.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let number = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+    // USER_HZ: 100 ticks per second on Linux, whatever the kernel's own tick.
+    Some((number(7)?, (number(11)? + number(12)?) as f64 / 100.0))
+}
+
 /// Samples a process's RSS until stopped; the maximum seen.
 struct Sampler {
     stop: Arc<AtomicBool>,
     max_kib: Arc<AtomicU64>,
     thread: Option<std::thread::JoinHandle<()>>,
+    at_start: Option<(u64, f64)>,
+}
+
+/// What a [`Sampler`] saw: peak memory, and the faults and CPU time it took.
+struct Sampled {
+    rss_mib: f64,
+    hwm_mib: f64,
+    faults: u64,
+    cpu_secs: f64,
 }
 
 impl Sampler {
@@ -105,17 +128,22 @@ impl Sampler {
                 std::thread::sleep(Duration::from_millis(10));
             }
         });
-        Self { stop, max_kib, thread: Some(thread) }
+        Self { stop, max_kib, thread: Some(thread), at_start: cpu_and_faults(pid) }
     }
 
-    /// `(max sampled VmRSS, VmHWM)` in MiB.
-    fn finish(mut self, pid: u32) -> (f64, f64) {
+    fn finish(mut self, pid: u32) -> Sampled {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
         let hwm = memory_kib(pid).map(|m| m.1).unwrap_or(0);
-        (self.max_kib.load(Ordering::Relaxed) as f64 / 1024.0, hwm as f64 / 1024.0)
+        let ((f0, c0), (f1, c1)) = (self.at_start.unwrap_or_default(), cpu_and_faults(pid).unwrap_or_default());
+        Sampled {
+            rss_mib: self.max_kib.load(Ordering::Relaxed) as f64 / 1024.0,
+            hwm_mib: hwm as f64 / 1024.0,
+            faults: f1.saturating_sub(f0),
+            cpu_secs: c1 - c0,
+        }
     }
 }
 
@@ -267,7 +295,7 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let op = run_operation(&client, &service.base, "/internal/v1/context/exports", json!({})).await?;
     let export_secs = started.elapsed().as_secs_f64();
-    let (export_rss, export_hwm) = sampler.finish(service.pid());
+    let export = sampler.finish(service.pid());
     ensure!(op["result"]["messages"].as_i64() == Some(total), "export count: {op}");
     let artifact = op["artifactRef"].as_str().context("artifactRef")?.to_string();
     let size_mib = op["result"]["sizeBytes"].as_f64().unwrap_or(0.0) / 1048576.0;
@@ -286,8 +314,12 @@ async fn main() -> anyhow::Result<()> {
     let copy_out_secs = started.elapsed().as_secs_f64();
     println!(
         "export: {export_secs:.2}s for {size_mib:.0} MiB of artifact; COPY TO STDOUT {copy_out_secs:.2}s for {:.0} MiB; \
-         peak RSS {export_rss:.1} MiB sampled, VmHWM {export_hwm:.1} MiB",
-        bytes as f64 / 1048576.0
+         peak RSS {:.1} MiB sampled, VmHWM {:.1} MiB; service CPU {:.2}s, {} minor page faults",
+        bytes as f64 / 1048576.0,
+        export.rss_mib,
+        export.hwm_mib,
+        export.cpu_secs,
+        export.faults
     );
     figures.push(Figure {
         name: "export",
@@ -295,7 +327,7 @@ async fn main() -> anyhow::Result<()> {
         client_secs: export_secs,
         baseline_secs: copy_out_secs,
         idle_mib,
-        peak_mib: export_rss.max(export_hwm),
+        peak_mib: export.rss_mib.max(export.hwm_mib),
     });
 
     // The same rows, every column, for the COPY FROM baseline (untimed).
@@ -320,7 +352,7 @@ async fn main() -> anyhow::Result<()> {
     let body = json!({"artifactRef": artifact, "idempotencyKey": "bench-import"});
     let op = run_operation(&client, &service.base, "/internal/v1/context/imports", body).await?;
     let import_secs = started.elapsed().as_secs_f64();
-    let (import_rss, import_hwm) = sampler.finish(service.pid());
+    let import = sampler.finish(service.pid());
     ensure!(op["result"]["messages"]["inserted"].as_i64() == Some(total), "import count: {op}");
     sqlx::query("CREATE TABLE messages_copy (LIKE messages INCLUDING ALL)").execute(&mut conn).await?;
     let started = Instant::now();
@@ -334,7 +366,8 @@ async fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_file(&dump);
     println!(
         "import: {import_secs:.2}s (validation pass included); COPY FROM STDIN {copy_in_secs:.2}s; \
-         peak RSS {import_rss:.1} MiB sampled, VmHWM {import_hwm:.1} MiB"
+         peak RSS {:.1} MiB sampled, VmHWM {:.1} MiB; service CPU {:.2}s, {} minor page faults",
+        import.rss_mib, import.hwm_mib, import.cpu_secs, import.faults
     );
     figures.push(Figure {
         name: "import",
@@ -342,7 +375,7 @@ async fn main() -> anyhow::Result<()> {
         client_secs: import_secs,
         baseline_secs: copy_in_secs,
         idle_mib,
-        peak_mib: import_rss.max(import_hwm),
+        peak_mib: import.rss_mib.max(import.hwm_mib),
     });
 
     println!("\n{total} messages on PostgreSQL, connection parameters {params:?}");

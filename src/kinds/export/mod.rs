@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 
 use super::{Job, Prepared, SubmitCtx, SubmitError};
 use crate::kinds::job::{Finish, JobCtx, JobError, encode};
-use crate::store::artifacts::export_pages::{self, StoredPage};
+use crate::store::artifacts::export_pages::{self, SparePages, StoredPage};
 use crate::store::artifacts::{self, exports};
 use crate::store::operations::transitions;
 use crate::store::{entries, messages};
@@ -123,7 +123,8 @@ async fn export(
         artifacts::digest_prefix(&ctx.db, ctx.tenant(), &artifact_id, emitted).await?
     };
     let mut encoder = Encoder::resume(chunk_bytes, checkpoint.encoder.clone(), prefix);
-    let mut pages = spawn_reader(ctx, args, &checkpoint);
+    let spares = SparePages::default();
+    let mut pages = spawn_reader(ctx, args, &checkpoint, &spares);
     let mut committed = processed;
     let mut commits = Commits::new();
     let (mut wait_read, mut wait_commit, mut busy) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
@@ -160,6 +161,9 @@ async fn export(
             }
         }
         record_position(&mut checkpoint, position);
+        if let Page::Messages(page) = page {
+            spares.give(page);
+        }
         busy += t.elapsed();
     }
     tracing::debug!(
@@ -200,7 +204,9 @@ fn spawn_reader(
     ctx: &JobCtx,
     args: &ExportArgs,
     checkpoint: &ExportCheckpoint,
+    spares: &SparePages,
 ) -> mpsc::Receiver<Result<Page, JobError>> {
+    let spares = spares.clone();
     let (tx, rx) = mpsc::channel(PAGES_AHEAD);
     let db = ctx.db.clone();
     let tenant = ctx.tenant().clone();
@@ -213,7 +219,7 @@ fn spawn_reader(
     tokio::spawn(async move {
         if section == Section::Messages {
             let after = after_message.as_ref().map(|(c, s)| (c.as_str(), *s));
-            let read = export_pages::for_each_page(&db, &tenant, &filter, after, batch, |page| {
+            let read = export_pages::for_each_page(&db, &tenant, &filter, after, batch, &spares, |page| {
                 let tx = tx.clone();
                 async move { tx.send(Ok(Page::Messages(page))).await.is_ok() }
             })

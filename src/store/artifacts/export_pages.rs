@@ -4,7 +4,11 @@
 //!
 //! On PostgreSQL a page is read with `COPY (SELECT …) TO STDOUT`, the server's bulk path
 //! (text format, parsed here), which streams rows about twice as fast as the row protocol;
-//! SQLite reads the same query row by row.
+//! SQLite reads the same query row by row. Pages the consumer is done with come back
+//! ([`SparePages`]) and are filled again, so a long export reuses a few buffers instead of
+//! having the allocator map (and the kernel fault in) fresh megabytes per page.
+
+use std::sync::{Arc, Mutex};
 
 use futures::TryStreamExt as _;
 use sqlx::{AssertSqlSafe, Row as _};
@@ -75,6 +79,13 @@ impl StoredPage {
         })
     }
 
+    /// The page emptied, its buffers kept.
+    fn cleared(mut self) -> Self {
+        self.text.clear();
+        self.rows.clear();
+        self
+    }
+
     /// `(conversation_id, sequence)` of the last row: where the next page starts.
     pub fn last_position(&self) -> Option<(String, i64)> {
         self.rows().last().map(|r| (r.conversation_id.to_string(), r.sequence))
@@ -90,6 +101,28 @@ impl StoredPage {
             });
         }
         self.rows.push(PageRow { spans, sequence, created_at_ms });
+    }
+}
+
+/// Pages handed back by the consumer of [`for_each_page`], for the reader to fill again.
+#[derive(Clone, Default)]
+pub struct SparePages(Arc<Mutex<Vec<StoredPage>>>);
+
+/// Spare pages kept at most (the reader fills one page at a time).
+const MAX_SPARE_PAGES: usize = 2;
+
+impl SparePages {
+    /// A page the consumer is done with.
+    pub fn give(&self, page: StoredPage) {
+        let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if spares.len() < MAX_SPARE_PAGES {
+            spares.push(page);
+        }
+    }
+
+    /// An empty page to fill: a spare one when there is one.
+    fn take(&self) -> StoredPage {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).pop().map(StoredPage::cleared).unwrap_or_default()
     }
 }
 
@@ -111,6 +144,7 @@ pub async fn for_each_page<F, Fut>(
     filter: &ExportFilter,
     after: Option<(&str, i64)>,
     page_rows: usize,
+    spares: &SparePages,
     mut deliver: F,
 ) -> StoreResult<()>
 where
@@ -134,13 +168,13 @@ where
             let mut builder = CopyPage::default();
             while let Some(data) = stream.try_next().await? {
                 builder.feed(&data)?;
-                if builder.rows.len() >= page_rows && !deliver(builder.take_page()?).await {
+                if builder.rows.len() >= page_rows && !deliver(builder.take_page(spares.take())?).await {
                     drop(stream);
                     conn.close_on_drop();
                     return Ok(());
                 }
             }
-            let last = builder.take_page()?;
+            let last = builder.take_page(StoredPage::default())?;
             if !builder.partial.is_empty() {
                 return Err(StoreError::Other(anyhow::anyhow!("the COPY data ended inside a row")));
             }
@@ -156,7 +190,7 @@ where
             );
             let mut position = (after_conversation.to_string(), after_sequence);
             loop {
-                let mut page = StoredPage::default();
+                let mut page = spares.take();
                 let mut rows = sqlx::query(AssertSqlSafe(sql.as_str()))
                     .bind(tenant.as_str())
                     .bind(position.0.as_str())
@@ -264,11 +298,12 @@ impl CopyPage {
         Ok(())
     }
 
-    /// The rows so far as a page; a partial row stays for the next.
-    fn take_page(&mut self) -> StoreResult<StoredPage> {
-        let text = String::from_utf8(std::mem::take(&mut self.text))
+    /// The rows so far as a page; a partial row stays for the next, which is built in the
+    /// buffers of `next` (an empty page).
+    fn take_page(&mut self, next: StoredPage) -> StoreResult<StoredPage> {
+        let text = String::from_utf8(std::mem::replace(&mut self.text, next.text.into_bytes()))
             .map_err(|e| StoreError::Other(anyhow::anyhow!("COPY data is not UTF-8: {e}")))?;
-        Ok(StoredPage { text, rows: std::mem::take(&mut self.rows) })
+        Ok(StoredPage { text, rows: std::mem::replace(&mut self.rows, next.rows) })
     }
 }
 
@@ -321,7 +356,7 @@ mod tests {
         assert!(page.rows.is_empty() && !page.partial.is_empty());
         page.feed(&row[20..]).unwrap();
         assert!(page.partial.is_empty());
-        let page = page.take_page().unwrap();
+        let page = page.take_page(StoredPage::default()).unwrap();
         let r = page.rows().next().unwrap();
         assert_eq!(r.conversation_id, "c\\1");
         assert_eq!(r.columns.content, "\"a\\\"b\tc\nd\"");
@@ -331,7 +366,7 @@ mod tests {
         let mut whole = CopyPage::default();
         whole.feed(row).unwrap();
         whole.feed(b"c\tm2\tuser\t{}\t1\t\\N\t\\N\t\\N\t8\t9\n").unwrap();
-        let whole = whole.take_page().unwrap();
+        let whole = whole.take_page(StoredPage::default()).unwrap();
         assert_eq!(whole.len(), 2);
         assert_eq!(whole.last_position(), Some(("c".to_string(), 8)));
         for broken in [
@@ -344,5 +379,27 @@ mod tests {
         let mut out = Vec::new();
         unescape_into(&mut out, b"\\101\\x42\\b\\z");
         assert_eq!(out, b"AB\x08z");
+    }
+
+    /// A page handed back is emptied and the next page is read into its buffers.
+    #[test]
+    fn spare_pages_are_filled_again() {
+        const MARK: usize = 1 << 16;
+        let row = b"c\tm1\tuser\t{}\t1\t\\N\t\\N\t\\N\t1\t2\n";
+        let mut builder = CopyPage::default();
+        builder.feed(row).unwrap();
+        let mut used = builder.take_page(StoredPage::default()).unwrap();
+        used.text.reserve_exact(MARK);
+        let spares = SparePages::default();
+        spares.give(used);
+        let spare = spares.take();
+        assert!(spare.is_empty() && spare.text.is_empty(), "handed back empty");
+        assert!(spare.text.capacity() >= MARK, "with its buffer");
+        builder.feed(row).unwrap();
+        let page = builder.take_page(spare).unwrap();
+        assert_eq!(page.len(), 1);
+        builder.feed(row).unwrap();
+        assert!(builder.text.capacity() >= MARK, "the next page is read into the spare's buffer");
+        assert_eq!(spares.take().text.capacity(), 0, "nothing else was kept");
     }
 }
