@@ -13,7 +13,9 @@
 //! - SQLite: a prepared `INSERT` per row, one transaction per 100-row batch.
 //!
 //! The report is the ratio ours/baseline; absolute numbers depend on the machine. Beside it,
-//! the latency of our append requests: p50, p99 and max (target: SQLite p99 under 10 ms).
+//! the latency of our append requests: p50, p99 and max (target: SQLite p99 under 10 ms),
+//! and each side's machine CPU per message (every process: service, clients, database),
+//! which moves less than the rates when the host's load does.
 //!
 //! The latency target is for an agent fleet's appends — `BENCH_CLIENTS=8 BENCH_BATCH=2`
 //! (a turn or two per request) — where requests do not queue behind each other's bulk: with
@@ -38,6 +40,10 @@ use serde_json::{Value, json};
 use sqlx::postgres::PgConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{AssertSqlSafe, Connection as _};
+
+#[path = "shared/machine_cpu.rs"]
+mod machine_cpu;
+use machine_cpu::{cpu_ms_per, machine_busy};
 
 /// Concurrent clients (`BENCH_CLIENTS`, default 4).
 fn clients() -> usize {
@@ -167,6 +173,28 @@ fn rate(messages: usize, elapsed: Duration) -> f64 {
     messages as f64 / elapsed.as_secs_f64()
 }
 
+/// One side's figures: messages per second, and the machine's CPU per message in
+/// microseconds (every process: the service, the clients and the database; see
+/// `machine_cpu`), steadier than the rate on a host whose load moves it.
+struct Side {
+    per_sec: f64,
+    cpu_us: Option<f64>,
+}
+
+/// Time and machine CPU of a phase, from [`Phase::start`] to [`Phase::end`].
+struct Phase(Instant, Option<Duration>);
+
+impl Phase {
+    fn start() -> Self {
+        Phase(Instant::now(), machine_busy())
+    }
+
+    fn end(self, messages: usize) -> Side {
+        let cpu_us = cpu_ms_per(self.1, machine_busy(), messages).map(|ms| ms * 1000.0);
+        Side { per_sec: rate(messages, self.0.elapsed()), cpu_us }
+    }
+}
+
 // ------------------------------------------------------------------------------ ours
 
 /// Start the service on `database_url` and append the workload over HTTP.
@@ -193,7 +221,7 @@ async fn run_service(
     database_url: &str,
     redis_url: Option<String>,
     workload: &Workload,
-) -> anyhow::Result<(Duration, Latencies)> {
+) -> anyhow::Result<(Side, Latencies)> {
     let mut config = Config::defaults();
     config.http.bind = "127.0.0.1:0".parse()?;
     config.metrics.metrics_bind = None;
@@ -206,7 +234,7 @@ async fn run_service(
     let url = format!("http://{}{MESSAGES_APPEND_PATH}", running.addr);
 
     let bodies = workload.request_bodies();
-    let start = Instant::now();
+    let phase = Phase::start();
     let clients = bodies.into_iter().map(|batches| {
         let url = url.clone();
         tokio::spawn(async move {
@@ -235,10 +263,10 @@ async fn run_service(
     for result in futures::future::join_all(clients).await {
         latencies.extend(result.context("client task panicked")??);
     }
-    let elapsed = start.elapsed();
+    let ours = phase.end(workload.total);
     running.stop().await?;
     latencies.sort();
-    Ok((elapsed, Latencies(latencies)))
+    Ok((ours, Latencies(latencies)))
 }
 
 // ---------------------------------------------------------------------------- SQLite
@@ -254,7 +282,7 @@ fn sqlite_options(path: &std::path::Path) -> SqliteConnectOptions {
         .foreign_keys(true)
 }
 
-async fn bench_sqlite(workload: &Workload) -> anyhow::Result<(f64, f64, Latencies)> {
+async fn bench_sqlite(workload: &Workload) -> anyhow::Result<(Side, Side, Latencies)> {
     let dir = tempfile::tempdir()?;
     let ours_path = dir.path().join("ours.sqlite");
     let (ours, latencies) = run_service(&format!("sqlite:{}", ours_path.display()), None, workload).await?;
@@ -279,7 +307,7 @@ async fn bench_sqlite(workload: &Workload) -> anyhow::Result<(f64, f64, Latencie
         sqlx::raw_sql(AssertSqlSafe(statement)).execute(&mut conn).await?;
     }
     let batches = workload.batches();
-    let start = Instant::now();
+    let phase = Phase::start();
     for (conversation, first_sequence, records) in batches {
         let now = now_ms();
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
@@ -307,10 +335,10 @@ async fn bench_sqlite(workload: &Workload) -> anyhow::Result<(f64, f64, Latencie
         }
         tx.commit().await?;
     }
-    let baseline = start.elapsed();
+    let baseline = phase.end(workload.total);
     check_same_row(&sample, &sample_row_sqlite(&mut conn).await?, "SQLite");
     conn.close().await?;
-    Ok((rate(workload.total, ours), rate(workload.total, baseline), latencies))
+    Ok((ours, baseline, latencies))
 }
 
 // ------------------------------------------------------------------------ PostgreSQL
@@ -345,7 +373,7 @@ async fn checkpoint(conn: &mut PgConnection) {
     let _ = sqlx::query("CHECKPOINT").execute(conn).await;
 }
 
-async fn bench_postgres(workload: &Workload) -> anyhow::Result<(f64, f64, Latencies)> {
+async fn bench_postgres(workload: &Workload) -> anyhow::Result<(Side, Side, Latencies)> {
     let server = postgres_server_url();
     let mut admin = PgConnection::connect(&format!("{server}/postgres"))
         .await
@@ -387,7 +415,7 @@ async fn bench_postgres(workload: &Workload) -> anyhow::Result<(f64, f64, Latenc
     checkpoint(&mut conn).await;
 
     let batches = workload.batches();
-    let start = Instant::now();
+    let phase = Phase::start();
     let now = now_ms();
     let mut copy = conn
         .copy_in_raw(
@@ -421,11 +449,11 @@ async fn bench_postgres(workload: &Workload) -> anyhow::Result<(f64, f64, Latenc
         copy.send(chunk.as_bytes()).await?;
     }
     let copied = copy.finish().await?;
-    let baseline = start.elapsed();
+    let baseline = phase.end(workload.total);
     ensure!(copied as usize == workload.total, "COPY loaded {copied} of {} rows", workload.total);
     check_same_row(&sample, &sample_row_pg(&mut conn).await?, "PostgreSQL");
     conn.close().await?;
-    Ok((rate(workload.total, ours), rate(workload.total, baseline), latencies))
+    Ok((ours, baseline, latencies))
 }
 
 // ---------------------------------------------------------------------- row check
@@ -458,7 +486,7 @@ fn check_same_row(ours: &SampleRow, baseline: &SampleRow, backend: &str) {
 struct Outcome {
     backend: &'static str,
     baseline: &'static str,
-    result: anyhow::Result<(f64, f64, Latencies)>,
+    result: anyhow::Result<(Side, Side, Latencies)>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -514,12 +542,19 @@ fn main() -> anyhow::Result<()> {
                 println!(
                     "{:<11} {:>14.0} {:>17.0} {:>7.3}  {}",
                     o.backend,
-                    ours,
-                    baseline,
-                    ours / baseline,
+                    ours.per_sec,
+                    baseline.per_sec,
+                    ours.per_sec / baseline.per_sec,
                     o.baseline
                 );
                 println!("{:<11} append requests: {}", "", latencies.summary());
+                if let (Some(a), Some(b)) = (ours.cpu_us, baseline.cpu_us) {
+                    println!(
+                        "{:<11} machine CPU per message: ours {a:.1} µs, baseline {b:.1} µs (baseline ÷ ours {:.3})",
+                        "",
+                        b / a
+                    );
+                }
             }
             Err(e) => {
                 failed = true;
@@ -534,7 +569,7 @@ fn main() -> anyhow::Result<()> {
         println!("target: SQLite append p99 < 10 ms — {verdict} ({:.2} ms)", p99.as_secs_f64() * 1e3);
     }
     if let Some(Outcome { result: Ok((ours, baseline, _)), .. }) = outcomes.iter().find(|o| o.backend == "postgresql") {
-        let ratio = ours / baseline;
+        let ratio = ours.per_sec / baseline.per_sec;
         let verdict = if ratio >= POSTGRES_TARGET_RATIO { "met" } else { "NOT met" };
         println!("target: PostgreSQL ratio >= {POSTGRES_TARGET_RATIO} — {verdict} ({ratio:.3})");
     } else {

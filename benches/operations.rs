@@ -28,6 +28,8 @@ mod delete;
 mod fairness;
 #[path = "operations/latency.rs"]
 mod latency;
+#[path = "shared/machine_cpu.rs"]
+mod machine_cpu;
 #[path = "operations/recovery.rs"]
 mod recovery;
 #[path = "operations/throughput.rs"]

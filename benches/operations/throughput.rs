@@ -15,7 +15,8 @@ use futures::future::BoxFuture;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::common::{config, cpu_ms_per, fresh_schema, machine_busy, namespace, submit_delete};
+use super::common::{config, fresh_schema, namespace, submit_delete};
+use super::machine_cpu::{cpu_ms_per, machine_busy};
 
 /// One side's figures: items per second, and machine CPU per item (see `machine_busy`).
 pub struct Rate {

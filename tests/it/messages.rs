@@ -3,9 +3,9 @@
 //! listing, bad input, health and the request metrics.
 
 use context_jobs::contract::{
-    AppendResponse, CONVERSATIONS_LIST_PATH as LIST, ConversationRecord, ConversationScope,
-    MESSAGES_APPEND_PATH as APPEND, MESSAGES_PAGE_PATH as PAGE, MESSAGES_RECENT_PATH as RECENT,
-    MESSAGES_SEARCH_PATH as SEARCH,
+    AppendResponse, CONTEXT_OPERATIONS_PATH as OPS, CONVERSATION_DELETE_PATH as DELETE,
+    CONVERSATIONS_LIST_PATH as LIST, ConversationRecord, ConversationScope, MESSAGES_APPEND_PATH as APPEND,
+    MESSAGES_PAGE_PATH as PAGE, MESSAGES_RECENT_PATH as RECENT, MESSAGES_SEARCH_PATH as SEARCH,
 };
 use serde_json::{Value, json};
 
@@ -308,6 +308,39 @@ async fn bulk_appends_store_every_column_and_skip_existing_ids(app: TestApp) {
     assert_eq!(ids(&body).len(), 50, "every third message: {body}");
 }
 
+/// A conversation a delete holds refuses appends — one message (row path) or a bulk batch
+/// (PostgreSQL's one-pass path, which backs out and lets the checked path answer) — with a
+/// 409 naming the operation, and stores nothing; the cancel releases it. A new conversation
+/// in the same batch is not written either: the batch is one transaction.
+async fn appends_to_a_conversation_being_deleted_are_refused(app: TestApp) {
+    let batch = |conversation: &str, from: usize, n: usize| -> Vec<ConversationRecord> {
+        (from..from + n).map(|i| message(conversation, &format!("m{i:03}"), "user", "x")).collect()
+    };
+    assert_eq!(app.append_records(&batch("held", 0, 40)).await, AppendResponse { appended: 40, skipped: 0 });
+    // Scheduled an hour ahead, so the delete holds the conversation without running.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let body = json!({"scope": {"conversationId": "held"}, "notBeforeMs": now + 3_600_000});
+    let (status, op) = app.post(DELETE, &body).await;
+    assert_eq!(status, 202, "{op}");
+    let id = op["id"].as_str().unwrap();
+    let mut mixed = batch("fresh", 0, 40);
+    mixed.extend(batch("held", 40, 40));
+    for messages in [batch("held", 40, 1), batch("held", 40, 40), mixed] {
+        let (status, body) = app.post(APPEND, &json!({"messages": messages})).await;
+        assert_api_error(status, &body, 409);
+        assert!(body["message"].as_str().unwrap().contains(id), "names the delete: {body}");
+    }
+    for (conversation, stored) in [("held", 40), ("fresh", 0)] {
+        let (_, body) = app.post(RECENT, &json!({"scope": {"conversationId": conversation}, "limit": 200})).await;
+        assert_eq!(ids(&body).len(), stored, "{conversation}: {body}");
+    }
+    let (status, cancelled) = app.post(&format!("{OPS}/{id}/cancel"), &json!({})).await;
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(app.append_records(&batch("held", 40, 40)).await, AppendResponse { appended: 40, skipped: 0 });
+    let (_, body) = app.post(RECENT, &json!({"scope": {"conversationId": "held"}, "limit": 200})).await;
+    assert_eq!(sequences(&body), (1..=80).collect::<Vec<i64>>(), "no sequence was spent by a refused batch");
+}
+
 backend_tests!(
     append_assigns_sequences_and_is_idempotent,
     recent_limits_roles_and_clamps,
@@ -319,4 +352,5 @@ backend_tests!(
     concurrent_appends_get_strictly_increasing_sequences,
     health_and_metrics,
     bulk_appends_store_every_column_and_skip_existing_ids,
+    appends_to_a_conversation_being_deleted_are_refused,
 );

@@ -87,6 +87,15 @@ impl Tx {
         }
     }
 
+    /// Roll back now (a dropped transaction's rollback waits for its connection's next use,
+    /// holding its locks meanwhile).
+    pub async fn rollback(self) -> Result<(), sqlx::Error> {
+        match self {
+            Tx::Postgres(tx) => tx.rollback().await,
+            Tx::Sqlite(tx) => tx.tx.rollback().await,
+        }
+    }
+
     pub fn engine(&self) -> Engine {
         match self {
             Tx::Postgres(_) => Engine::Postgres,

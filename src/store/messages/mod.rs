@@ -3,8 +3,10 @@
 //! ([`deletes`]), and the conversation rows' barrier and counts ([`conversations`]).
 
 pub mod append;
+mod append_new;
 pub mod conversations;
 pub mod deletes;
+mod message_rows;
 pub mod reads;
 pub mod stored;
 
