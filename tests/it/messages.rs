@@ -311,7 +311,9 @@ async fn bulk_appends_store_every_column_and_skip_existing_ids(app: TestApp) {
 /// A conversation a delete holds refuses appends — one message (row path) or a bulk batch
 /// (PostgreSQL's one-pass path, which backs out and lets the checked path answer) — with a
 /// 409 naming the operation, and stores nothing; the cancel releases it. A new conversation
-/// in the same batch is not written either: the batch is one transaction.
+/// in the same batch is not written either: the batch is one transaction, whose one-pass
+/// attempt of several conversations backs out as a whole (a mixed batch of new ids, after the
+/// cancel, goes through it).
 async fn appends_to_a_conversation_being_deleted_are_refused(app: TestApp) {
     let batch = |conversation: &str, from: usize, n: usize| -> Vec<ConversationRecord> {
         (from..from + n).map(|i| message(conversation, &format!("m{i:03}"), "user", "x")).collect()
@@ -336,9 +338,13 @@ async fn appends_to_a_conversation_being_deleted_are_refused(app: TestApp) {
     }
     let (status, cancelled) = app.post(&format!("{OPS}/{id}/cancel"), &json!({})).await;
     assert_eq!(status, 200, "{cancelled}");
-    assert_eq!(app.append_records(&batch("held", 40, 40)).await, AppendResponse { appended: 40, skipped: 0 });
-    let (_, body) = app.post(RECENT, &json!({"scope": {"conversationId": "held"}, "limit": 200})).await;
-    assert_eq!(sequences(&body), (1..=80).collect::<Vec<i64>>(), "no sequence was spent by a refused batch");
+    let mut mixed = batch("fresh", 0, 40);
+    mixed.extend(batch("held", 40, 40));
+    assert_eq!(app.append_records(&mixed).await, AppendResponse { appended: 80, skipped: 0 });
+    for (conversation, stored) in [("held", 80), ("fresh", 40)] {
+        let (_, body) = app.post(RECENT, &json!({"scope": {"conversationId": conversation}, "limit": 200})).await;
+        assert_eq!(sequences(&body), (1..=stored).collect::<Vec<i64>>(), "no sequence spent by a refused batch");
+    }
 }
 
 backend_tests!(
