@@ -31,6 +31,19 @@ const UPSERT_CONVERSATION_SQL: &str = "INSERT INTO conversations (tenant, conver
 const ADVANCE_CONVERSATION_SQL: &str = "UPDATE conversations SET next_sequence = $3, message_count = message_count + $4, \
      updated_at_ms = $5, agent_id = COALESCE(agent_id, $6) WHERE tenant = $1 AND conversation_id = $2";
 
+/// The upsert and the advance in one, for a batch known to be all new (`append_new.rs`):
+/// reserve `$5` sequences of a conversation that no delete holds and count its messages:
+/// the first reserved sequence, or no row when a delete holds it (the checked path says
+/// which). A new conversation starts at sequence 1, as its column default does.
+pub(super) const RESERVE_CONVERSATION_SQL: &str = "INSERT INTO conversations \
+     (tenant, conversation_id, agent_id, next_sequence, message_count, created_at_ms, updated_at_ms) \
+     VALUES ($1, $2, $3, 1 + $5, $5, $4, $4) \
+     ON CONFLICT (tenant, conversation_id) DO UPDATE SET next_sequence = conversations.next_sequence + $5, \
+     message_count = conversations.message_count + $5, updated_at_ms = $4, \
+     agent_id = COALESCE(conversations.agent_id, $3) \
+     WHERE conversations.deleting_operation IS NULL \
+     RETURNING next_sequence - $5";
+
 /// Group a batch by conversation (key order), keeping batch order inside each group and
 /// dropping ids repeated within the batch. Returns the groups and how many were dropped.
 pub(super) fn group_by_conversation(records: &StoredMessages) -> (BTreeMap<&str, Vec<StoredMessage<'_>>>, usize) {

@@ -12,24 +12,13 @@
 
 use sqlx::PgConnection;
 
-use super::append::group_by_conversation;
+use super::append::{RESERVE_CONVERSATION_SQL, group_by_conversation};
 use super::message_rows::MessageRows;
 use super::stored::StoredMessages;
+use crate::store::engine::is_unique_violation;
 use crate::store::{StoreResult, now_ms};
 use context_jobs::contract::AppendResponse;
 use context_jobs::ids::TenantKey;
-
-/// Reserve `$5` sequences of a conversation that no delete holds and count its messages:
-/// the first reserved sequence, or no row when a delete holds it (the checked path says
-/// which). A new conversation starts at sequence 1, as its column default does.
-const RESERVE_SQL: &str = "INSERT INTO conversations \
-     (tenant, conversation_id, agent_id, next_sequence, message_count, created_at_ms, updated_at_ms) \
-     VALUES ($1, $2, $3, 1 + $5, $5, $4, $4) \
-     ON CONFLICT (tenant, conversation_id) DO UPDATE SET next_sequence = conversations.next_sequence + $5, \
-     message_count = conversations.message_count + $5, updated_at_ms = $4, \
-     agent_id = COALESCE(conversations.agent_id, $3) \
-     WHERE conversations.deleting_operation IS NULL \
-     RETURNING next_sequence - $5";
 
 /// Append `records` when all their ids are new, inside the caller's transaction; `None`
 /// when the transaction must be rolled back and the batch appended by the checked path.
@@ -43,7 +32,7 @@ pub(super) async fn append_all_new(
     let mut appended = 0usize;
     for (conversation, rows) in groups {
         let agent = rows.iter().find_map(|r| r.agent);
-        let first: Option<i64> = sqlx::query_scalar(RESERVE_SQL)
+        let first: Option<i64> = sqlx::query_scalar(RESERVE_CONVERSATION_SQL)
             .bind(tenant.as_str())
             .bind(conversation)
             .bind(agent)
@@ -54,7 +43,7 @@ pub(super) async fn append_all_new(
         let Some(first) = first else { return Ok(None) };
         match conn.insert_messages(tenant.as_str(), conversation, first, now, &rows).await {
             Ok(()) => appended += rows.len(),
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => return Ok(None),
+            Err(e) if is_unique_violation(&e) => return Ok(None),
             Err(e) => return Err(e.into()),
         }
     }

@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use sqlx::AssertSqlSafe;
 
 use super::stored::StoredMessage;
+use crate::store::engine::is_unique_violation;
 use crate::store::engine::pg_copy::CopyBinary;
 use crate::store::{placeholders, row_placeholders};
 
@@ -67,7 +68,7 @@ impl MessageRows for sqlx::PgConnection {
         sqlx::query("SAVEPOINT append_all_new").execute(&mut *self).await?;
         match self.insert_messages(tenant, conversation, first_sequence, now, rows).await {
             Ok(()) => Ok(true),
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
+            Err(e) if is_unique_violation(&e) => {
                 sqlx::query("ROLLBACK TO SAVEPOINT append_all_new").execute(&mut *self).await?;
                 Ok(false)
             }

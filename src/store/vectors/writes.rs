@@ -21,6 +21,7 @@
 use sqlx::AssertSqlSafe;
 
 use super::reads::ToEmbed;
+use crate::store::engine::is_unique_violation;
 use crate::store::engine::pg_copy::CopyBinary;
 use crate::store::engine::sqlite_rows::{Arg as SqlArg, execute_rows};
 use crate::store::{Engine, StoreResult, Tx, now_ms, query};
@@ -244,7 +245,7 @@ async fn write_pg(
                 sqlx::query("RELEASE SAVEPOINT vectors_bulk").execute(&mut *conn).await?;
                 return Ok(Written { vectors, bulk_conflict: false });
             }
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
+            Err(e) if is_unique_violation(&e) => {
                 sqlx::query("ROLLBACK TO SAVEPOINT vectors_bulk").execute(&mut *conn).await?;
                 let vectors = upsert_pg(conn, batch, first, false).await?;
                 return Ok(Written { vectors, bulk_conflict: true });
