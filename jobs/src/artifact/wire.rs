@@ -2,8 +2,6 @@
 //! each record, and the JSON of the artifact endpoints beyond the contract (metadata,
 //! listing, uploads).
 
-use std::io::Write as _;
-
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{ContextInsight, ConversationRecord};
@@ -66,7 +64,7 @@ impl StoredColumns<'_> {
     /// cannot break the line framing.
     pub(crate) fn write_line(&self, out: &mut Vec<u8>) -> Result<(), String> {
         let json = |out: &mut Vec<u8>, what: &str, text: &str| {
-            if text.is_empty() || text.bytes().any(|b| b == b'\n' || b == b'\r') {
+            if text.is_empty() || memchr::memchr2(b'\n', b'\r', text.as_bytes()).is_some() {
                 return Err(format!("message {:?} has a stored {what} that is not one-line JSON", self.id));
             }
             out.extend_from_slice(text.as_bytes());
@@ -89,7 +87,12 @@ impl StoredColumns<'_> {
             out.extend_from_slice(br#","toolCallId":"#);
             string(out, id)?;
         }
-        let _ = write!(out, r#","sequence":{},"createdAtMs":{}"#, self.sequence, self.created_at_ms);
+        // itoa rather than `write!`: the formatter's machinery was ~4% of an export's CPU.
+        let mut number = itoa::Buffer::new();
+        out.extend_from_slice(br#","sequence":"#);
+        out.extend_from_slice(number.format(self.sequence).as_bytes());
+        out.extend_from_slice(br#","createdAtMs":"#);
+        out.extend_from_slice(number.format(self.created_at_ms).as_bytes());
         if let Some(metadata) = self.metadata.filter(|m| *m != "null") {
             out.extend_from_slice(br#","metadata":"#);
             json(out, "metadata", metadata)?;

@@ -2,6 +2,9 @@
 //! transactions — create its artifact, append chunks, confirm it is still wanted, seal it
 //! — and discarding an abandoned export's artifact.
 
+use sqlx::PgConnection;
+
+use crate::store::engine::pg_copy::CopyBinary;
 use crate::store::{Db, StoreResult, Tx, now_ms, query};
 use context_jobs::artifact::{Finished, origin, state};
 use context_jobs::ids::{ArtifactId, OperationId, TenantKey};
@@ -34,14 +37,18 @@ pub async fn create(
 /// Append `chunks` (`(offset, bytes)` from the encoder) to artifact `id`. An artifact
 /// deleted meanwhile fails the foreign key ([`is_missing_parent`]).
 pub async fn insert_chunks(tx: &mut Tx, id: &ArtifactId, chunks: &[(u64, Vec<u8>)]) -> Result<(), sqlx::Error> {
-    for (offset, data) in chunks {
-        query("INSERT INTO artifact_chunks (artifact_id, start_offset, length, data) VALUES ($1, $2, $3, $4)")
-            .bind(id.as_str())
-            .bind(*offset as i64)
-            .bind(data.len() as i64)
-            .bind(data.as_slice())
-            .execute(&mut *tx)
-            .await?;
+    if let Tx::Postgres(c) = tx {
+        copy_chunks(c, id, chunks).await?;
+    } else {
+        for (offset, data) in chunks {
+            query("INSERT INTO artifact_chunks (artifact_id, start_offset, length, data) VALUES ($1, $2, $3, $4)")
+                .bind(id.as_str())
+                .bind(*offset as i64)
+                .bind(data.len() as i64)
+                .bind(data.as_slice())
+                .execute(&mut *tx)
+                .await?;
+        }
     }
     // The connection's buffers grew to a chunk; give that back now rather than only when
     // the pool gets the connection back (`Db::connect_with`'s release hook): the commit may still
@@ -50,6 +57,31 @@ pub async fn insert_chunks(tx: &mut Tx, id: &ArtifactId, chunks: &[(u64, Vec<u8>
         Tx::Postgres(c) => sqlx::Connection::shrink_buffers(&mut **c),
         Tx::Sqlite(c) => sqlx::Connection::shrink_buffers(&mut ***c),
     }
+    Ok(())
+}
+
+/// Pieces of a chunk sent to PostgreSQL: below glibc's 128 KiB mapping threshold, so the
+/// connection's write buffer stays one reused heap block.
+const COPY_PIECE: usize = 32 * 1024;
+
+/// PostgreSQL: the chunks by binary `COPY`, each chunk's bytes sent from the chunk itself.
+/// Why: a bound 1 MiB parameter is copied twice (into sqlx's argument buffer, then into
+/// its `Bind` message), each copy a fresh mapping faulted in page by page — most of the
+/// page faults left in an export (docs/artifacts.md).
+async fn copy_chunks(conn: &mut PgConnection, id: &ArtifactId, chunks: &[(u64, Vec<u8>)]) -> Result<(), sqlx::Error> {
+    let mut sink = conn
+        .copy_in_raw("COPY artifact_chunks (artifact_id, start_offset, length, data) FROM STDIN (FORMAT binary)")
+        .await?;
+    let mut copy = CopyBinary::new(64);
+    for (offset, data) in chunks {
+        copy.row(4).bytes(id.as_str().as_bytes()).int8(*offset as i64).int8(data.len() as i64).field_len(data.len());
+        sink.send(copy.take()).await?;
+        for piece in data.chunks(COPY_PIECE) {
+            sink.send(piece).await?;
+        }
+    }
+    sink.send(copy.finish()).await?;
+    sink.finish().await?;
     Ok(())
 }
 

@@ -51,6 +51,18 @@ impl CopyBinary {
         self.bytes(&value.to_be_bytes())
     }
 
+    /// The length of a field whose `len` bytes the caller sends itself, after
+    /// [`Self::take`]: a large value goes to the connection from where it lies.
+    pub fn field_len(&mut self, len: usize) -> &mut Self {
+        self.buf.extend_from_slice(&(len as i32).to_be_bytes());
+        self
+    }
+
+    /// What has been written so far, to send now; the payload goes on empty.
+    pub fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+
     /// The payload with its trailer.
     pub fn finish(mut self) -> Vec<u8> {
         self.buf.extend_from_slice(&(-1i16).to_be_bytes());
@@ -74,5 +86,18 @@ mod tests {
         // int4 7, then NULL (length -1), then the trailer (-1 as int16).
         row.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
         assert_eq!(&out[19..], row.as_slice());
+    }
+
+    #[test]
+    fn a_field_sent_apart_keeps_the_layout() {
+        let mut whole = CopyBinary::new(0);
+        whole.row(2).int8(1).bytes(b"payload");
+        let whole = whole.finish();
+        let mut parts = CopyBinary::new(0);
+        parts.row(2).int8(1).field_len(7);
+        let mut sent = parts.take();
+        sent.extend_from_slice(b"payload");
+        sent.extend_from_slice(&parts.finish());
+        assert_eq!(sent, whole);
     }
 }
