@@ -139,7 +139,9 @@ fn validate(
         let mut decoder = Decoder::new();
         let mut scratch = Vec::new();
         while let Some(piece) = pieces.recv().await {
-            decoder.feed(&piece?, &mut scratch).map_err(malformed)?;
+            let piece = piece?;
+            decoder.feed(&piece, &mut scratch).map_err(malformed)?;
+            pieces.give(piece);
             for decoded in &mut scratch {
                 prepare(&args, decoded)?;
             }

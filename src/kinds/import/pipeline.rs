@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Rows, announce_commit, malformed, prepare, write_batch};
 use crate::kinds::job::{JobCtx, JobError};
 use crate::store::Db;
-use crate::store::artifacts::{ArtifactRow, ChunkReader};
+use crate::store::artifacts::{ArtifactRow, ChunkReader, SpareChunks};
 use crate::store::messages::StoredMessages;
 use crate::store::operations::transitions::Signals;
 use context_jobs::artifact::{Decoded, Decoder, Record};
@@ -54,7 +54,11 @@ pub(super) fn spawn_decoder(
         let mut next = Batch::default();
         while let Some(d) = decoder.as_mut() {
             let fed = match pieces.recv().await {
-                Some(Ok(piece)) => d.feed(&piece, &mut decoded).map_err(malformed),
+                Some(Ok(piece)) => {
+                    let fed = d.feed(&piece, &mut decoded).map_err(malformed);
+                    pieces.give(piece);
+                    fed
+                }
                 Some(Err(e)) => Err(e),
                 None => decoder.take().map(Decoder::finish).transpose().map(|_| ()).map_err(malformed),
             };
@@ -85,13 +89,32 @@ pub(super) fn spawn_decoder(
     rx
 }
 
+/// The artifact's chunks from an offset, fetched ahead of their consumer, which gives each
+/// back ([`Self::give`]) once done with it for the next chunk to be read into.
+pub(super) struct Pieces {
+    rx: mpsc::Receiver<Result<Vec<u8>, JobError>>,
+    spares: SpareChunks,
+}
+
+impl Pieces {
+    pub(super) async fn recv(&mut self) -> Option<Result<Vec<u8>, JobError>> {
+        self.rx.recv().await
+    }
+
+    pub(super) fn give(&self, piece: Vec<u8>) {
+        self.spares.give(piece);
+    }
+}
+
 /// Fetch the artifact's chunks from `offset` ahead of their consumer.
-pub(super) fn spawn_fetcher(db: &Db, artifact: &ArtifactRow, offset: u64) -> mpsc::Receiver<Result<Vec<u8>, JobError>> {
+pub(super) fn spawn_fetcher(db: &Db, artifact: &ArtifactRow, offset: u64) -> Pieces {
     let (tx, rx) = mpsc::channel(2);
+    let spares = SpareChunks::default();
     let mut reader = ChunkReader::new(db, &artifact.tenant, &artifact.id, offset);
+    let given = spares.clone();
     tokio::spawn(async move {
         loop {
-            let piece = match reader.next_piece().await {
+            let piece = match reader.next_piece_into(given.take()).await {
                 Ok(Some(piece)) => Ok(piece),
                 Ok(None) => return,
                 Err(e) => Err(JobError::from(e)),
@@ -102,7 +125,7 @@ pub(super) fn spawn_fetcher(db: &Db, artifact: &ArtifactRow, offset: u64) -> mps
             }
         }
     });
-    rx
+    Pieces { rx, spares }
 }
 
 /// What a batch adds to the checkpoint it builds on.

@@ -2,22 +2,22 @@
 //! (memory is one chunk whatever the artifact's size), byte ranges, and the digest of a
 //! prefix (a resumed export rebuilds its running hash from what it stored).
 
+use std::sync::{Arc, Mutex};
+
+use sqlx::Row as _;
+use sqlx::pool::PoolConnection;
+
 use crate::store::{Db, StoreError, StoreResult, query};
 use context_jobs::artifact::ArtifactDigest;
 use context_jobs::ids::{ArtifactId, TenantKey};
 
+const CHUNK_AT_SQL: &str = "SELECT c.start_offset, c.data FROM artifact_chunks c JOIN artifacts a ON a.id = c.artifact_id \
+     WHERE a.tenant = $1 AND c.artifact_id = $2 AND c.start_offset <= $3 ORDER BY c.start_offset DESC LIMIT 1";
+
 /// The chunk holding byte `offset`: `(start_offset, bytes)`, or `None` past the end.
 async fn chunk_at(db: &Db, tenant: &TenantKey, id: &ArtifactId, offset: u64) -> StoreResult<Option<(i64, Vec<u8>)>> {
-    let found: Option<(i64, Vec<u8>)> = query(
-        "SELECT c.start_offset, c.data FROM artifact_chunks c JOIN artifacts a ON a.id = c.artifact_id \
-         WHERE a.tenant = $1 AND c.artifact_id = $2 AND c.start_offset <= $3 \
-         ORDER BY c.start_offset DESC LIMIT 1",
-    )
-    .bind(tenant.as_str())
-    .bind(id.as_str())
-    .bind(offset as i64)
-    .fetch_optional(db)
-    .await?;
+    let found: Option<(i64, Vec<u8>)> =
+        query(CHUNK_AT_SQL).bind(tenant.as_str()).bind(id.as_str()).bind(offset as i64).fetch_optional(db).await?;
     Ok(found.filter(|(start, data)| (*start as u64) + data.len() as u64 > offset))
 }
 
@@ -27,11 +27,13 @@ pub struct ChunkReader {
     tenant: TenantKey,
     id: ArtifactId,
     next: u64,
+    /// PostgreSQL, for [`Self::next_piece_into`]: one connection for the whole read.
+    held: Option<PoolConnection<sqlx::Postgres>>,
 }
 
 impl ChunkReader {
     pub fn new(db: &Db, tenant: &TenantKey, id: &ArtifactId, from: u64) -> Self {
-        Self { db: db.clone(), tenant: tenant.clone(), id: id.clone(), next: from }
+        Self { db: db.clone(), tenant: tenant.clone(), id: id.clone(), next: from, held: None }
     }
 
     /// The offset of the next byte [`Self::next_piece`] returns.
@@ -50,6 +52,59 @@ impl ChunkReader {
         }
         self.next += data.len() as u64;
         Ok(Some(data))
+    }
+}
+
+impl ChunkReader {
+    /// [`Self::next_piece`] written into `buf` (emptied first; its capacity reused).
+    ///
+    /// Why, for a reader of a whole artifact (the import's two passes): a fresh 1 MiB
+    /// vector per chunk, and a pooled connection whose receive buffer is shrunk on every
+    /// release and grown again, were two new mappings faulted in page by page per chunk.
+    /// On PostgreSQL this holds one connection for the reader's life, so its buffer stays
+    /// grown to a chunk, and copies the bytes into `buf`.
+    pub async fn next_piece_into(&mut self, mut buf: Vec<u8>) -> StoreResult<Option<Vec<u8>>> {
+        let Db::Postgres(pool) = &self.db else { return self.next_piece().await };
+        let conn = match &mut self.held {
+            Some(conn) => conn,
+            held => held.insert(pool.acquire().await?),
+        };
+        let row = sqlx::query(CHUNK_AT_SQL)
+            .bind(self.tenant.as_str())
+            .bind(self.id.as_str())
+            .bind(self.next as i64)
+            .fetch_optional(&mut **conn)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let start = row.try_get::<i64, _>(0)? as u64;
+        let data: &[u8] = row.try_get(1)?;
+        if start + data.len() as u64 <= self.next {
+            return Ok(None);
+        }
+        buf.clear();
+        buf.extend_from_slice(&data[(self.next - start) as usize..]);
+        self.next += buf.len() as u64;
+        Ok(Some(buf))
+    }
+}
+
+/// Buffers a reader's consumer is done with, for [`ChunkReader::next_piece_into`] to fill
+/// again (at most a few: the reader runs a couple of chunks ahead).
+#[derive(Clone, Default)]
+pub struct SpareChunks(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl SpareChunks {
+    const KEPT: usize = 3;
+
+    pub fn give(&self, chunk: Vec<u8>) {
+        let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if spares.len() < Self::KEPT {
+            spares.push(chunk);
+        }
+    }
+
+    pub fn take(&self) -> Vec<u8> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default()
     }
 }
 

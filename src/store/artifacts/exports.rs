@@ -4,7 +4,7 @@
 
 use sqlx::PgConnection;
 
-use crate::store::engine::pg_copy::CopyBinary;
+use crate::store::engine::pg_copy::{COPY_PIECE, CopyBinary};
 use crate::store::{Db, StoreResult, Tx, now_ms, query};
 use context_jobs::artifact::{Finished, origin, state};
 use context_jobs::ids::{ArtifactId, OperationId, TenantKey};
@@ -60,11 +60,8 @@ pub async fn insert_chunks(tx: &mut Tx, id: &ArtifactId, chunks: &[(u64, Vec<u8>
     Ok(())
 }
 
-/// Pieces of a chunk sent to PostgreSQL: below glibc's 128 KiB mapping threshold, so the
-/// connection's write buffer stays one reused heap block.
-const COPY_PIECE: usize = 32 * 1024;
-
-/// PostgreSQL: the chunks by binary `COPY`, each chunk's bytes sent from the chunk itself.
+/// PostgreSQL: the chunks by binary `COPY`, each chunk's bytes sent from the chunk itself
+/// in pieces of [`COPY_PIECE`].
 /// Why: a bound 1 MiB parameter is copied twice (into sqlx's argument buffer, then into
 /// its `Bind` message), each copy a fresh mapping faulted in page by page — most of the
 /// page faults left in an export (docs/artifacts.md).
@@ -80,8 +77,7 @@ async fn copy_chunks(conn: &mut PgConnection, id: &ArtifactId, chunks: &[(u64, V
             sink.send(piece).await?;
         }
     }
-    sink.send(copy.finish()).await?;
-    sink.finish().await?;
+    copy.send_rest(sink).await?;
     Ok(())
 }
 

@@ -18,7 +18,7 @@ use crate::store::{Db, StoreError, StoreResult, now_ms, query};
 use context_jobs::artifact::{ArtifactInfo, state};
 use context_jobs::ids::{ArtifactId, TenantKey};
 
-pub use chunks::{ChunkReader, digest_prefix, read_range};
+pub use chunks::{ChunkReader, SpareChunks, digest_prefix, read_range};
 
 const COLUMNS: &str = "id, tenant, origin, state, operation_id, size_bytes, digest, messages, entries, \
     created_at_ms, updated_at_ms, expires_at_ms";

@@ -1,6 +1,18 @@
 //! PostgreSQL's binary `COPY` format, written into a buffer: the bulk path for rows that
 //! need no conflict handling (new vectors, new messages). `COPY` inserts a page's worth of
 //! tuples per WAL record where `INSERT … SELECT` logs one per row.
+//!
+//! Rows are streamed to the open `COPY` in pieces of [`COPY_PIECE`] bytes ([`CopyBinary::send_full`]):
+//! the payload buffer, and the connection's write buffer it is copied into, stay reused
+//! heap blocks below glibc's 128 KiB mapping threshold (`src/main.rs` fixes it). Built whole,
+//! an import batch's payload (hundreds of KiB) was a fresh mapping faulted in page by page,
+//! and so was the write buffer.
+
+use sqlx::PgConnection;
+use sqlx::postgres::PgCopyIn;
+
+/// The bytes sent to the server at a time.
+pub const COPY_PIECE: usize = 32 * 1024;
 
 /// One `COPY … FROM STDIN (FORMAT binary)` payload.
 pub struct CopyBinary {
@@ -61,6 +73,21 @@ impl CopyBinary {
     /// What has been written so far, to send now; the payload goes on empty.
     pub fn take(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.buf)
+    }
+
+    /// Send what has been written once it reaches [`COPY_PIECE`], keeping the buffer.
+    pub async fn send_full(&mut self, sink: &mut PgCopyIn<&mut PgConnection>) -> Result<(), sqlx::Error> {
+        if self.buf.len() >= COPY_PIECE {
+            sink.send(self.buf.as_slice()).await?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Send the rest with the trailer and end the `COPY`: the rows it wrote.
+    pub async fn send_rest(self, mut sink: PgCopyIn<&mut PgConnection>) -> Result<u64, sqlx::Error> {
+        sink.send(self.finish()).await?;
+        sink.finish().await
     }
 
     /// The payload with its trailer.

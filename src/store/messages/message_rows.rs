@@ -9,7 +9,7 @@ use sqlx::AssertSqlSafe;
 
 use super::stored::StoredMessage;
 use crate::store::engine::is_unique_violation;
-use crate::store::engine::pg_copy::CopyBinary;
+use crate::store::engine::pg_copy::{COPY_PIECE, CopyBinary};
 use crate::store::{placeholders, row_placeholders};
 
 /// The engine-specific halves of an append, on a connection inside a transaction.
@@ -144,8 +144,9 @@ async fn copy_messages(
     now: i64,
     rows: &[StoredMessage<'_>],
 ) -> Result<(), sqlx::Error> {
-    let bytes: usize = rows.iter().map(|c| c.content.len() + c.search_text.len() + c.scope.len() + 96).sum();
-    let mut copy = CopyBinary::new(bytes);
+    let sql = format!("COPY messages ({COLUMN_LIST}) FROM STDIN (FORMAT binary)");
+    let mut sink = conn.copy_in_raw(&sql).await?;
+    let mut copy = CopyBinary::new(COPY_PIECE + 4096);
     for (i, c) in rows.iter().enumerate() {
         copy.row(12)
             .bytes(tenant.as_bytes())
@@ -160,11 +161,9 @@ async fn copy_messages(
             .opt_bytes(c.tool_call_id.map(str::as_bytes))
             .int8(created_at(c, now))
             .opt_bytes(c.metadata.map(str::as_bytes));
+        copy.send_full(&mut sink).await?;
     }
-    let sql = format!("COPY messages ({COLUMN_LIST}) FROM STDIN (FORMAT binary)");
-    let mut sink = conn.copy_in_raw(&sql).await?;
-    sink.send(copy.finish()).await?;
-    sink.finish().await?;
+    copy.send_rest(sink).await?;
     Ok(())
 }
 

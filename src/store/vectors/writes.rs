@@ -22,7 +22,7 @@ use sqlx::AssertSqlSafe;
 
 use super::reads::ToEmbed;
 use crate::store::engine::is_unique_violation;
-use crate::store::engine::pg_copy::CopyBinary;
+use crate::store::engine::pg_copy::{COPY_PIECE, CopyBinary};
 use crate::store::engine::sqlite_rows::{Arg as SqlArg, execute_rows};
 use crate::store::{Engine, StoreResult, Tx, now_ms, query};
 use context_jobs::ids::TenantKey;
@@ -212,7 +212,8 @@ async fn upsert_pg(
 /// `COPY` the whole batch (entries known current); row `i` takes `first + i`.
 async fn copy_pg(conn: &mut sqlx::PgConnection, batch: &VectorBatch<'_>, first: i64) -> Result<u64, sqlx::Error> {
     let now = now_ms();
-    let mut copy = CopyBinary::new(batch.entries.len() * (batch.dim * 2 + 96));
+    let mut sink = conn.copy_in_raw(COPY_PG).await?;
+    let mut copy = CopyBinary::new(COPY_PIECE + 4096);
     for (i, (e, blob)) in batch.entries.iter().zip(batch.blobs).enumerate() {
         copy.row(8)
             .bytes(batch.tenant.as_str().as_bytes())
@@ -223,10 +224,9 @@ async fn copy_pg(conn: &mut sqlx::PgConnection, batch: &VectorBatch<'_>, first: 
             .bytes(blob)
             .int8(first + i as i64)
             .int8(now);
+        copy.send_full(&mut sink).await?;
     }
-    let mut sink = conn.copy_in_raw(COPY_PG).await?;
-    sink.send(copy.finish()).await?;
-    sink.finish().await
+    copy.send_rest(sink).await
 }
 
 /// PostgreSQL: entries known current go in by `COPY` (under a savepoint: the primary key
