@@ -21,6 +21,7 @@ pub mod messages;
 pub mod operations;
 pub mod queue_jobs;
 pub mod rate_limits;
+pub mod spares;
 pub mod vectors;
 
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -114,7 +114,7 @@ pub(super) fn spawn_fetcher(db: &Db, artifact: &ArtifactRow, offset: u64) -> Pie
     let given = spares.clone();
     tokio::spawn(async move {
         loop {
-            let piece = match reader.next_piece_into(given.take()).await {
+            let piece = match reader.next_piece_into(given.take().unwrap_or_default()).await {
                 Ok(Some(piece)) => Ok(piece),
                 Ok(None) => return,
                 Err(e) => Err(JobError::from(e)),

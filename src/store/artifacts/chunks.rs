@@ -2,11 +2,10 @@
 //! (memory is one chunk whatever the artifact's size), byte ranges, and the digest of a
 //! prefix (a resumed export rebuilds its running hash from what it stored).
 
-use std::sync::{Arc, Mutex};
-
 use sqlx::Row as _;
 use sqlx::pool::PoolConnection;
 
+use crate::store::spares::Spares;
 use crate::store::{Db, StoreError, StoreResult, query};
 use context_jobs::artifact::ArtifactDigest;
 use context_jobs::ids::{ArtifactId, TenantKey};
@@ -89,24 +88,8 @@ impl ChunkReader {
 }
 
 /// Buffers a reader's consumer is done with, for [`ChunkReader::next_piece_into`] to fill
-/// again (at most a few: the reader runs a couple of chunks ahead).
-#[derive(Clone, Default)]
-pub struct SpareChunks(Arc<Mutex<Vec<Vec<u8>>>>);
-
-impl SpareChunks {
-    const KEPT: usize = 3;
-
-    pub fn give(&self, chunk: Vec<u8>) {
-        let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if spares.len() < Self::KEPT {
-            spares.push(chunk);
-        }
-    }
-
-    pub fn take(&self) -> Vec<u8> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default()
-    }
-}
+/// again (the reader runs a couple of chunks ahead).
+pub type SpareChunks = Spares<Vec<u8>, 3>;
 
 /// Up to `limit` bytes from `offset`.
 pub async fn read_range(

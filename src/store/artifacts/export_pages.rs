@@ -8,12 +8,11 @@
 //! ([`SparePages`]) and are filled again, so a long export reuses a few buffers instead of
 //! having the allocator map (and the kernel fault in) fresh megabytes per page.
 
-use std::sync::{Arc, Mutex};
-
 use futures::TryStreamExt as _;
 use sqlx::{AssertSqlSafe, Row as _};
 
 use super::export_filter::{self, literal};
+use crate::store::spares::Spares;
 use crate::store::{Db, Engine, StoreError, StoreResult};
 use context_jobs::artifact::StoredColumns;
 use context_jobs::contract::ExportFilter;
@@ -104,26 +103,13 @@ impl StoredPage {
     }
 }
 
-/// Pages handed back by the consumer of [`for_each_page`], for the reader to fill again.
-#[derive(Clone, Default)]
-pub struct SparePages(Arc<Mutex<Vec<StoredPage>>>);
+/// Pages handed back by the consumer of [`for_each_page`], for the reader to fill again
+/// (it fills one page at a time).
+pub type SparePages = Spares<StoredPage, 2>;
 
-/// Spare pages kept at most (the reader fills one page at a time).
-const MAX_SPARE_PAGES: usize = 2;
-
-impl SparePages {
-    /// A page the consumer is done with.
-    pub fn give(&self, page: StoredPage) {
-        let mut spares = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if spares.len() < MAX_SPARE_PAGES {
-            spares.push(page);
-        }
-    }
-
-    /// An empty page to fill: a spare one when there is one.
-    fn take(&self) -> StoredPage {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).pop().map(StoredPage::cleared).unwrap_or_default()
-    }
+/// An empty page to fill: a spare one when there is one.
+fn empty_page(spares: &SparePages) -> StoredPage {
+    spares.take().map(StoredPage::cleared).unwrap_or_default()
 }
 
 const SELECT: &str = "SELECT conversation_id, id, role, scope, content, name, tool_call_id, metadata, sequence, \
@@ -168,7 +154,7 @@ where
             let mut builder = CopyPage::default();
             while let Some(data) = stream.try_next().await? {
                 builder.feed(&data)?;
-                if builder.rows.len() >= page_rows && !deliver(builder.take_page(spares.take())?).await {
+                if builder.rows.len() >= page_rows && !deliver(builder.take_page(empty_page(spares))?).await {
                     drop(stream);
                     conn.close_on_drop();
                     return Ok(());
@@ -190,7 +176,7 @@ where
             );
             let mut position = (after_conversation.to_string(), after_sequence);
             loop {
-                let mut page = spares.take();
+                let mut page = empty_page(spares);
                 let mut rows = sqlx::query(AssertSqlSafe(sql.as_str()))
                     .bind(tenant.as_str())
                     .bind(position.0.as_str())
