@@ -13,11 +13,16 @@ use context_jobs::ids::{ArtifactId, TenantKey};
 const CHUNK_AT_SQL: &str = "SELECT c.start_offset, c.data FROM artifact_chunks c JOIN artifacts a ON a.id = c.artifact_id \
      WHERE a.tenant = $1 AND c.artifact_id = $2 AND c.start_offset <= $3 ORDER BY c.start_offset DESC LIMIT 1";
 
-/// The chunk holding byte `offset`: `(start_offset, bytes)`, or `None` past the end.
+/// The last chunk starting at or before byte `offset`: `(start_offset, bytes)`.
 async fn chunk_at(db: &Db, tenant: &TenantKey, id: &ArtifactId, offset: u64) -> StoreResult<Option<(i64, Vec<u8>)>> {
-    let found: Option<(i64, Vec<u8>)> =
-        query(CHUNK_AT_SQL).bind(tenant.as_str()).bind(id.as_str()).bind(offset as i64).fetch_optional(db).await?;
-    Ok(found.filter(|(start, data)| (*start as u64) + data.len() as u64 > offset))
+    Ok(query(CHUNK_AT_SQL).bind(tenant.as_str()).bind(id.as_str()).bind(offset as i64).fetch_optional(db).await?)
+}
+
+/// The bytes of the chunk starting at `start` from byte `at` on; `None` when it ends
+/// before `at` (past the artifact's end).
+fn rest_of(start: i64, data: &[u8], at: u64) -> Option<&[u8]> {
+    let skip = at.checked_sub(u64::try_from(start).ok()?)?;
+    data.get(usize::try_from(skip).ok()?..).filter(|rest| !rest.is_empty())
 }
 
 /// Reads an artifact's bytes in order from an offset, one stored chunk at a time.
@@ -45,16 +50,12 @@ impl ChunkReader {
         let Some((start, mut data)) = chunk_at(&self.db, &self.tenant, &self.id, self.next).await? else {
             return Ok(None);
         };
-        let skip = (self.next - start as u64) as usize;
-        if skip > 0 {
-            data.drain(..skip);
-        }
+        let Some(rest) = rest_of(start, &data, self.next).map(<[u8]>::len) else { return Ok(None) };
+        data.drain(..data.len() - rest);
         self.next += data.len() as u64;
         Ok(Some(data))
     }
-}
 
-impl ChunkReader {
     /// [`Self::next_piece`] written into `buf` (emptied first; its capacity reused).
     ///
     /// Why, for a reader of a whole artifact (the import's two passes): a fresh 1 MiB
@@ -75,13 +76,9 @@ impl ChunkReader {
             .fetch_optional(&mut **conn)
             .await?;
         let Some(row) = row else { return Ok(None) };
-        let start = row.try_get::<i64, _>(0)? as u64;
-        let data: &[u8] = row.try_get(1)?;
-        if start + data.len() as u64 <= self.next {
-            return Ok(None);
-        }
+        let Some(rest) = rest_of(row.try_get(0)?, row.try_get(1)?, self.next) else { return Ok(None) };
         buf.clear();
-        buf.extend_from_slice(&data[(self.next - start) as usize..]);
+        buf.extend_from_slice(rest);
         self.next += buf.len() as u64;
         Ok(Some(buf))
     }
