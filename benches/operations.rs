@@ -13,7 +13,8 @@
 //! (d) Fairness: tenant B's delete behind `BENCH_FAIRNESS_BACKLOG` (default 10,000) of
 //!     tenant A's — resume → B done, beside resume → A's backlog drained (FIFO's wait).
 //! (e) SIGKILL recovery with the default settings (the real binary, `BENCH_RECOVERY_MESSAGES`
-//!     default 200,000) beside the default lease.
+//!     default 1,000,000: batches grow while quick, so a smaller delete can end before the
+//!     kill) beside the default lease.
 //!
 //! Environment: `BENCH_POSTGRES_URL` (server URL, default `postgres://postgres@127.0.0.1:5432`),
 //! `BENCH_POSTGRES_PARAMS` (connection parameters, default `sslmode=disable`; see
@@ -101,7 +102,7 @@ async fn main() -> anyhow::Result<()> {
         println!("    resume -> B succeeded  : {:>10.3} s", f.b_done.as_secs_f64());
     }
     if run('e') {
-        let n: i64 = env_or("BENCH_RECOVERY_MESSAGES", "200000").parse()?;
+        let n: i64 = env_or("BENCH_RECOVERY_MESSAGES", "1000000").parse()?;
         let recovered = recovery::after_sigkill(&redis, &server, n).await?;
         let lease = recovery::default_lease();
         println!("(e) SIGKILL mid-delete ({n} messages), defaults, standby process up, PostgreSQL + Redis");

@@ -134,6 +134,12 @@ pub struct WorkerConfig {
     #[arg(long, env = "CONTEXT_OPS_BATCH_SIZE", default_value_t = 5000)]
     pub batch_size: u32,
 
+    /// Target time per delete/retention batch, milliseconds: their batches start at the
+    /// batch size and double while a batch takes under half of this (up to 64 times the
+    /// batch size). 0 keeps every batch at the batch size.
+    #[arg(long, env = "CONTEXT_OPS_BATCH_TARGET_MS", default_value_t = 50)]
+    pub batch_target_ms: u64,
+
     /// Days terminal operations are kept before they are pruned.
     #[arg(long, env = "CONTEXT_OPS_OPERATION_RETENTION_DAYS", default_value_t = 7)]
     pub operation_retention_days: u32,

@@ -3,7 +3,9 @@
 //! transaction fenced by the lease, so a crash resumes with nothing deleted twice or
 //! counted twice. The final batch removes the conversation row and finishes the operation
 //! in the same transaction. Batches walk the conversation by sequence from the checkpoint
-//! (`afterSequence`), one index range each.
+//! (`afterSequence`), one index range each, sized by time (`BatchPacer`).
+
+use std::time::Instant;
 
 use super::{Job, Prepared, SubmitCtx, SubmitError};
 use crate::kinds::job::{Finish, JobCtx, JobError, encode};
@@ -33,11 +35,14 @@ impl Job for Delete {
         let mut total = ctx.operation.total;
         let fresh = resumed.is_none() && processed == 0;
         let after = resumed.unwrap_or_default().after_sequence;
-        let batch = ctx.batch_size();
+        // Batches grow while they are quick (`BatchPacer`); each range is a full batch for
+        // the pacer, gaps left by retention included: its time is what counts.
+        let mut pacer = ctx.batch_pacer();
         // Where the next batch starts: looked up once, then learnt from each batch's delete.
         let mut first = None;
         let mut started = false;
         loop {
+            let began = Instant::now();
             let mut tx = ctx.begin().await?;
             if !started {
                 started = true;
@@ -55,7 +60,7 @@ impl Job for Delete {
             let (end, deleted, more) = match first {
                 None => (i64::MAX - 1, 0, false),
                 Some(start) => {
-                    let end = Delete::batch_end(start, batch);
+                    let end = Delete::batch_end(start, pacer.size());
                     let (deleted, next) = deletes::delete_range(&mut tx, tenant, conversation, start, end).await?;
                     first = next;
                     (end, deleted, next.is_some())
@@ -86,6 +91,7 @@ impl Job for Delete {
             deletes::adjust_count(&mut tx, tenant, conversation, deleted).await?;
             let signals = ctx.checkpoint_in(&mut tx, &progress).await?;
             ctx.commit(tx).await?;
+            pacer.record(pacer.size(), began.elapsed().as_millis() as u64);
             processed += deleted;
             total = total.max(processed);
             let so_far = DeleteResult { deleted_messages: processed.max(0) as u64 };

@@ -15,7 +15,7 @@ use crate::store::operations::transitions::Signals;
 use crate::store::operations::{FenceError, Lease, OperationRow, transitions};
 use crate::store::{Db, StoreError, Tx};
 use context_jobs::ids::TenantKey;
-use context_jobs::operation::{ErrorCode, Progress, Transition};
+use context_jobs::operation::{BatchPacer, ErrorCode, Progress, Transition};
 
 /// How a job attempt ended, short of success.
 #[derive(Debug, thiserror::Error)]
@@ -246,6 +246,11 @@ impl JobCtx {
 
     pub fn batch_size(&self) -> i64 {
         i64::from(self.config.worker.batch_size)
+    }
+
+    /// Batch sizes paced towards `CONTEXT_OPS_BATCH_TARGET_MS` (delete and retention).
+    pub fn batch_pacer(&self) -> BatchPacer {
+        BatchPacer::new(self.batch_size(), self.config.worker.batch_target_ms)
     }
 }
 

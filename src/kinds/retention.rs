@@ -1,6 +1,8 @@
 //! The `retention` job for one conversation: plan once (`context_jobs::retention::plan`),
 //! store the plan in the checkpoint, and delete by that fixed predicate in fenced batches,
-//! so a resumed run removes exactly what was planned.
+//! so a resumed run removes exactly what was planned; batches sized by time (`BatchPacer`).
+
+use std::time::Instant;
 
 use super::{Job, Prepared, SubmitCtx, SubmitError};
 use crate::kinds::job::{Finish, JobCtx, JobError, encode};
@@ -33,8 +35,9 @@ impl Job for Retention {
                 at
             }
         };
-        let batch = ctx.batch_size();
+        let mut pacer = ctx.batch_pacer();
         while !at.plan.is_noop() {
+            let (began, batch) = (Instant::now(), pacer.size());
             let mut tx = ctx.begin().await?;
             let (deleted, upper) =
                 deletes::retention_batch(&mut tx, tenant, conversation, &at.plan, at.after_sequence, batch).await?;
@@ -47,6 +50,7 @@ impl Job for Retention {
             };
             let signals = ctx.checkpoint_in(&mut tx, &progress).await?;
             ctx.commit(tx).await?;
+            pacer.record(deleted, began.elapsed().as_millis() as u64);
             processed += deleted;
             total = total.max(processed);
             metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "retention").increment(deleted as u64);

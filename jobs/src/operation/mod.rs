@@ -9,6 +9,7 @@ pub mod error_code;
 pub mod limits;
 pub mod machine;
 pub mod options;
+pub mod pacing;
 pub mod polling;
 pub mod rate_limit;
 pub mod retry;
@@ -18,6 +19,7 @@ pub mod view;
 pub use error_code::ErrorCode;
 pub use machine::{AttemptEnd, Progress, Transition, decide, phase};
 pub use options::{Schedule, SubmitOptions};
+pub use pacing::BatchPacer;
 pub use polling::{etag, next_poll_after_ms, retry_after_secs};
 pub use retry::RetryPolicy;
 

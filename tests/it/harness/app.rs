@@ -130,6 +130,9 @@ impl TestApp {
         config.queue.dispatch_interval_ms = 200;
         // The sweep deletes old messages on its own schedule; tests that want it enable it.
         config.retention.retention_sweep_secs = 0;
+        // Fixed batches: a test that sets a batch size wants that many rows per batch (to
+        // stop mid-run); `operations::pacing` tests batches paced by time.
+        config.worker.batch_target_ms = 0;
         tweak(&mut config);
         let database_url = config.database.database_url.clone();
         let running = server::start(config, command).await.expect("service starts");

@@ -31,6 +31,8 @@ pub fn binary(dir: &Path, args: &[&str]) -> Command {
         }
     }
     cmd.env("RUST_BACKTRACE", "1");
+    // Fixed batches, as in-process apps (`TestApp`): tests that size batches rely on them.
+    cmd.env("CONTEXT_OPS_BATCH_TARGET_MS", "0");
     cmd
 }
 

@@ -2,7 +2,7 @@
 //! delete and retention, cancel (`lifecycle`); idempotency, ETag/304, long-poll, tenant
 //! walls and forget on queued operations (`queued`); listing, bad input, maintenance
 //! status and metrics (`listing`); the retention sweep (`sweep`); an operation's shown
-//! request on every kind (`request`).
+//! request on every kind (`request`); batches paced by time (`pacing`).
 
 use context_jobs::contract::{
     CONTEXT_OPERATIONS_PATH as OPS, CONVERSATION_DELETE_PATH as DELETE, RETENTION_PATH as RETENTION,
@@ -12,6 +12,7 @@ use crate::harness::{TestApp, message};
 
 mod lifecycle;
 mod listing;
+mod pacing;
 mod queued;
 mod request;
 mod sweep;
