@@ -136,9 +136,10 @@ pub struct WorkerConfig {
 
     /// Target time per delete/retention batch, milliseconds: their batches start at the
     /// batch size and double while a batch takes under half of this (up to 64 times the
-    /// batch size). 0 keeps every batch at the batch size.
-    #[arg(long, env = "CONTEXT_OPS_BATCH_TARGET_MS", default_value_t = 50)]
-    pub batch_target_ms: u64,
+    /// batch size). 0 keeps every batch at the batch size. Default: 50 on PostgreSQL, 0 on
+    /// SQLite (see `JobCtx::batch_pacer`).
+    #[arg(long, env = "CONTEXT_OPS_BATCH_TARGET_MS")]
+    pub batch_target_ms: Option<u64>,
 
     /// Days terminal operations are kept before they are pruned.
     #[arg(long, env = "CONTEXT_OPS_OPERATION_RETENTION_DAYS", default_value_t = 7)]

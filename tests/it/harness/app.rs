@@ -132,7 +132,7 @@ impl TestApp {
         config.retention.retention_sweep_secs = 0;
         // Fixed batches: a test that sets a batch size wants that many rows per batch (to
         // stop mid-run); `operations::pacing` tests batches paced by time.
-        config.worker.batch_target_ms = 0;
+        config.worker.batch_target_ms = Some(0);
         tweak(&mut config);
         let database_url = config.database.database_url.clone();
         let running = server::start(config, command).await.expect("service starts");

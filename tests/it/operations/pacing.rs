@@ -2,8 +2,8 @@
 //! every batch beats, each batch doubles up to 64 times the batch size, so 2,000 messages in
 //! batches starting at 10 take 9 checkpointed transactions instead of 200 — counted by the
 //! operation's `version`, which every write of its row moves — and remove exactly the same.
-//! (Every other test runs with fixed batches: a test that sets a batch size wants that many
-//! rows per batch, to stop mid-run.)
+//! Unset, the target paces PostgreSQL only. (Every other test runs with fixed batches: a
+//! test that sets a batch size wants that many rows per batch, to stop mid-run.)
 
 use context_jobs::contract::{ContextOperationState, DeletionOperation};
 use serde_json::json;
@@ -15,7 +15,7 @@ use crate::harness::{Backend, OperationExt as _, TestApp};
 async fn paced(backend: Backend) -> TestApp {
     TestApp::start_with(backend, |c| {
         c.worker.batch_size = 10;
-        c.worker.batch_target_ms = 10_000;
+        c.worker.batch_target_ms = Some(10_000);
     })
     .await
 }
@@ -62,6 +62,26 @@ async fn fixed_batches_take_one_transaction_per_batch(backend: Backend) {
     assert!(op.version >= 200, "one write per batch of 10: version {}", op.version);
 }
 
+/// Unset, the target is 50 ms on PostgreSQL and fixed batches on SQLite, where a batch
+/// holds the one write lock (`JobCtx::batch_pacer`).
+async fn the_default_paces_postgresql_only(backend: Backend) {
+    let app = TestApp::start_with(backend, |c| {
+        c.worker.batch_size = 10;
+        c.worker.batch_target_ms = None;
+    })
+    .await;
+    seed(&app, "big", 2000).await;
+    let op: DeletionOperation =
+        app.call(DELETE, &json!({"scope": {"conversationId": "big"}, "reason": "default"}), 202).await;
+    let op = app.wait_terminal(&op.id).await;
+    assert_eq!(op.result_json()["deletedMessages"], 2000, "{op:?}");
+    match backend {
+        // 10-row batches beat 25 ms even on a loaded machine; a stall only slows the growth.
+        Backend::Postgres => assert!(op.version < 150, "batches grew: version {}", op.version),
+        Backend::Sqlite => assert_eq!(op.version, 200 + OTHER_WRITES, "fixed batches of 10"),
+    }
+}
+
 backend_tests!(start = paced; delete_batches_grow_while_quick, retention_batches_grow_while_quick);
 
 #[tokio::test]
@@ -72,4 +92,14 @@ async fn fixed_batches_postgres() {
 #[tokio::test]
 async fn fixed_batches_sqlite() {
     fixed_batches_take_one_transaction_per_batch(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn default_target_postgres() {
+    the_default_paces_postgresql_only(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn default_target_sqlite() {
+    the_default_paces_postgresql_only(Backend::Sqlite).await;
 }
