@@ -84,22 +84,4 @@ async fn the_default_paces_postgresql_only(backend: Backend) {
 
 backend_tests!(start = paced; delete_batches_grow_while_quick, retention_batches_grow_while_quick);
 
-#[tokio::test]
-async fn fixed_batches_postgres() {
-    fixed_batches_take_one_transaction_per_batch(Backend::Postgres).await;
-}
-
-#[tokio::test]
-async fn fixed_batches_sqlite() {
-    fixed_batches_take_one_transaction_per_batch(Backend::Sqlite).await;
-}
-
-#[tokio::test]
-async fn default_target_postgres() {
-    the_default_paces_postgresql_only(Backend::Postgres).await;
-}
-
-#[tokio::test]
-async fn default_target_sqlite() {
-    the_default_paces_postgresql_only(Backend::Sqlite).await;
-}
+backend_tests!(backend: fixed_batches_take_one_transaction_per_batch, the_default_paces_postgresql_only);
