@@ -18,7 +18,7 @@ use context_jobs::ids::TenantKey;
 use context_jobs::operation::{BatchPacer, ErrorCode, Progress, Transition};
 
 /// `CONTEXT_OPS_BATCH_TARGET_MS` when unset, on PostgreSQL.
-pub const DEFAULT_BATCH_TARGET_MS: u64 = 50;
+const DEFAULT_BATCH_TARGET_MS: u64 = 50;
 
 /// How a job attempt ended, short of success.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,6 @@
 //! Large buffers handed back by the consumer of a pipeline stage for its producer to fill
-//! again: export pages, artifact chunks read by an import, an import's batches.
+//! again: export pages, artifact chunks read by an import (its batches were tried too and
+//! not kept: docs/artifacts.md).
 //!
 //! Why: glibc serves blocks of 128 KiB or more as fresh mappings (`src/main.rs` keeps that
 //! threshold fixed, which bounds memory), and the kernel faults each one in page by page.

@@ -29,6 +29,12 @@ impl CopyBinary {
         Self { buf }
     }
 
+    /// A payload streamed with [`Self::send_full`]: room for a piece and the row that
+    /// crosses its end, so the buffer is allocated once.
+    pub fn streamed() -> Self {
+        Self::new(COPY_PIECE + 4096)
+    }
+
     /// Start a row of `fields` columns; the fields follow in table order.
     pub fn row(&mut self, fields: i16) -> &mut Self {
         self.buf.extend_from_slice(&fields.to_be_bytes());

@@ -9,7 +9,7 @@ use sqlx::AssertSqlSafe;
 
 use super::stored::StoredMessage;
 use crate::store::engine::is_unique_violation;
-use crate::store::engine::pg_copy::{COPY_PIECE, CopyBinary};
+use crate::store::engine::pg_copy::CopyBinary;
 use crate::store::{placeholders, row_placeholders};
 
 /// The engine-specific halves of an append, on a connection inside a transaction.
@@ -146,7 +146,7 @@ async fn copy_messages(
 ) -> Result<(), sqlx::Error> {
     let sql = format!("COPY messages ({COLUMN_LIST}) FROM STDIN (FORMAT binary)");
     let mut sink = conn.copy_in_raw(&sql).await?;
-    let mut copy = CopyBinary::new(COPY_PIECE + 4096);
+    let mut copy = CopyBinary::streamed();
     for (i, c) in rows.iter().enumerate() {
         copy.row(12)
             .bytes(tenant.as_bytes())

@@ -22,7 +22,7 @@ use sqlx::AssertSqlSafe;
 
 use super::reads::ToEmbed;
 use crate::store::engine::is_unique_violation;
-use crate::store::engine::pg_copy::{COPY_PIECE, CopyBinary};
+use crate::store::engine::pg_copy::CopyBinary;
 use crate::store::engine::sqlite_rows::{Arg as SqlArg, execute_rows};
 use crate::store::{Engine, StoreResult, Tx, now_ms, query};
 use context_jobs::ids::TenantKey;
@@ -213,7 +213,7 @@ async fn upsert_pg(
 async fn copy_pg(conn: &mut sqlx::PgConnection, batch: &VectorBatch<'_>, first: i64) -> Result<u64, sqlx::Error> {
     let now = now_ms();
     let mut sink = conn.copy_in_raw(COPY_PG).await?;
-    let mut copy = CopyBinary::new(COPY_PIECE + 4096);
+    let mut copy = CopyBinary::streamed();
     for (i, (e, blob)) in batch.entries.iter().zip(batch.blobs).enumerate() {
         copy.row(8)
             .bytes(batch.tenant.as_str().as_bytes())
