@@ -25,6 +25,7 @@ mod metrics_scrape;
 mod observability;
 mod openapi;
 mod operations;
+mod pool;
 mod projection_migration;
 mod queue;
 mod readiness;
