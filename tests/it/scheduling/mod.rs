@@ -5,6 +5,7 @@
 
 mod admin;
 mod bulk;
+mod combined;
 mod deadlines;
 mod limits;
 mod order;

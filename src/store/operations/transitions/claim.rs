@@ -37,11 +37,12 @@ enum Takes {
 enum Target<'q> {
     /// This one (the scheduler's chosen head, or an orphan).
     Id(&'q str),
-    /// The first due operation of `kind` in `tenant`'s queue that no concurrent claim holds
-    /// (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite has one writer), so concurrent workers
-    /// serving the same tenant take its next operations instead of racing for its head.
+    /// The first `count` due operations of `kind` in `tenant`'s queue that no concurrent
+    /// claim holds (PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite has one writer), so
+    /// concurrent workers serving the same tenant take its next operations instead of racing
+    /// for its head (and claims combined by `combine.rs` take several in one statement).
     /// From queue position `from` on (see `View::start`), when given.
-    FirstDue { kind: &'q str, tenant: &'q str, from: Option<(i64, i64)> },
+    FirstDue { kind: &'q str, tenant: &'q str, from: Option<(i64, i64)>, count: i64 },
 }
 
 /// Due and startable, for a row under `alias` whose state is `queued` (a condition: see
@@ -54,16 +55,23 @@ fn due(alias: &str, queued: &str, now_p: &str) -> String {
     )
 }
 
-/// The id of the first due operation of kind `kind_p` in tenant `tenant_p`'s queue
-/// (priority, then age), from queue position `from_p` (`(-priority, created_at_ms)`, see
-/// `queue_order`) on when given, as a subquery; `lock` is PostgreSQL's `FOR UPDATE SKIP
+/// The ids of the first `limit` due operations of kind `kind_p` in tenant `tenant_p`'s
+/// queue (priority, then age), from queue position `from_p` (`(-priority, created_at_ms)`,
+/// see `queue_order`) on when given, as a subquery; `lock` is PostgreSQL's `FOR UPDATE SKIP
 /// LOCKED`.
-fn first_due(kind_p: &str, tenant_p: &str, now_p: &str, from_p: Option<(&str, &str)>, lock: &str) -> String {
+fn first_due(
+    kind_p: &str,
+    tenant_p: &str,
+    now_p: &str,
+    from_p: Option<(&str, &str)>,
+    limit: &str,
+    lock: &str,
+) -> String {
     let from =
         from_p.map_or(String::new(), |(rank, at)| format!(" AND (-o.priority, o.created_at_ms) >= ({rank}, {at})"));
     format!(
         "SELECT o.id FROM operations o WHERE o.kind = {kind_p} AND o.tenant = {tenant_p} AND {}{from} \
-         ORDER BY {} LIMIT 1{lock}",
+         ORDER BY {} LIMIT {limit}{lock}",
         // The state as a literal: `operations_queued` serves the search.
         due("o.", &state_is("o.", State::Queued), now_p),
         queue_order("o.")
@@ -75,7 +83,7 @@ fn first_due(kind_p: &str, tenant_p: &str, now_p: &str, from_p: Option<(&str, &s
 /// same from a queue position on (binds: kind, now, tenant, -priority, created_at_ms).
 pub fn scheduler_reads() -> [&'static str; 3] {
     static FIRST_DUE: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
-        [first_due("$1", "$3", "$2", None, ""), first_due("$1", "$3", "$2", Some(("$4", "$5")), "")]
+        [first_due("$1", "$3", "$2", None, "1", ""), first_due("$1", "$3", "$2", Some(("$4", "$5")), "1", "")]
     });
     [view::queues_sql(), FIRST_DUE[0].as_str(), FIRST_DUE[1].as_str()]
 }
@@ -94,12 +102,16 @@ fn claim_statement<'q>(
     let running = p.p(State::Running.as_str());
     let row = match target {
         Target::Id(id) => format!("id = {}", p.p(id)),
-        Target::FirstDue { kind, tenant, from } => {
+        Target::FirstDue { kind, tenant, from, count } => {
             let (kind_p, tenant_p) = (p.p(kind), p.p(tenant));
             let from_p = from.map(|(rank, at)| (p.p(rank), p.p(at)));
             let lock = if engine == Engine::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
             let from_p = from_p.as_ref().map(|(r, a)| (r.as_str(), a.as_str()));
-            format!("id = ({})", first_due(&kind_p, &tenant_p, &now_p, from_p, lock))
+            // One row keeps the single claim's statement (and plan) as it was.
+            match count {
+                1 => format!("id = ({})", first_due(&kind_p, &tenant_p, &now_p, from_p, "1", lock)),
+                n => format!("id IN ({})", first_due(&kind_p, &tenant_p, &now_p, from_p, &p.p(n), lock)),
+            }
         }
     };
     debug_assert_eq!(t.phase(), Some(phase::STARTING));
@@ -144,6 +156,36 @@ fn claim_statement<'q>(
     p.into_query(sql)
 }
 
+/// Claim what `target` names, in one statement. The rows of one statement share its
+/// lease token: every fenced write matches the id and the token together.
+async fn claim_rows(
+    db: &Db,
+    target: Target<'_>,
+    owner: &str,
+    lease_ms: i64,
+    takes: Takes,
+) -> StoreResult<Vec<Claimed>> {
+    let now = now_ms();
+    let token = ulid::Ulid::generate().to_string();
+    let t = Transition::Claim { token: &token, lease_until_ms: now + lease_ms, owner };
+    let statement = claim_statement(db.engine(), target, &t, now, takes);
+    let rows = statement.fetch_all::<OperationRow>(db).await?;
+    Ok(rows
+        .into_iter()
+        .map(|operation| {
+            let lease = Lease {
+                operation_id: operation.id.clone(),
+                tenant: operation.tenant.clone(),
+                token: token.clone(),
+                lease_ms,
+                holds_barrier: operation.kind == ContextOperationKind::Delete,
+            };
+            let recovered = operation.recovered();
+            Claimed { operation, lease, recovered }
+        })
+        .collect())
+}
+
 async fn claim_id(
     db: &Db,
     target: Target<'_>,
@@ -151,22 +193,22 @@ async fn claim_id(
     lease_ms: i64,
     takes: Takes,
 ) -> StoreResult<Option<Claimed>> {
-    let now = now_ms();
-    let token = ulid::Ulid::generate().to_string();
-    let t = Transition::Claim { token: &token, lease_until_ms: now + lease_ms, owner };
-    let statement = claim_statement(db.engine(), target, &t, now, takes);
-    let Some(operation) = statement.fetch_optional::<OperationRow>(db).await? else {
-        return Ok(None);
-    };
-    let lease = Lease {
-        operation_id: operation.id.clone(),
-        tenant: operation.tenant.clone(),
-        token,
-        lease_ms,
-        holds_barrier: operation.kind == ContextOperationKind::Delete,
-    };
-    let recovered = operation.recovered();
-    Ok(Some(Claimed { operation, lease, recovered }))
+    Ok(claim_rows(db, target, owner, lease_ms, takes).await?.into_iter().next())
+}
+
+/// Claim up to `count` due operations of `kind` in `tenant`'s queue, from queue position
+/// `from` on, that no pause holds, in one statement (claims combined: `combine.rs`).
+pub(super) async fn claim_first_due(
+    db: &Db,
+    kind: ContextOperationKind,
+    tenant: &str,
+    from: Option<(i64, i64)>,
+    count: i64,
+    owner: &str,
+    lease_ms: i64,
+) -> StoreResult<Vec<Claimed>> {
+    let target = Target::FirstDue { kind: kind.as_str(), tenant, from, count };
+    claim_rows(db, target, owner, lease_ms, Takes::Unpaused).await
 }
 
 /// Recover operation `id` for worker `owner`: `running` with an expired lease or a silent
@@ -236,8 +278,11 @@ pub async fn claim_next(
         // Under a concurrency limit the chosen head itself is claimed, so concurrent
         // claims serialise and the limit holds exactly; without one, concurrent workers
         // take the tenant's next operations side by side.
-        let target =
-            if limited { Target::Id(&id) } else { Target::FirstDue { kind: kind.as_str(), tenant: &tenant, from } };
+        let target = if limited {
+            Target::Id(&id)
+        } else {
+            Target::FirstDue { kind: kind.as_str(), tenant: &tenant, from, count: 1 }
+        };
         if let Some(claimed) = claim_id(db, target, owner, lease_ms, Takes::Queued).await? {
             record_claim(db, views, kind, &tenant, queue_position(&claimed.operation), tenants, now).await?;
             return Ok(Next::Claimed(Box::new(claimed)));
@@ -247,8 +292,9 @@ pub async fn claim_next(
 }
 
 /// An unlimited kind's claim off this process's recent view (see `view.rs`): the chosen
-/// tenant's first due operation (priority, then age). `None`: decide off a fresh view (a
-/// hold to write, nothing due in the copy, or the copy proved stale).
+/// tenant's first due operation (priority, then age), claimed together with the process's
+/// other claims in flight (`combine.rs`). `None`: decide off a fresh view (a hold to write,
+/// nothing due in the copy, or the copy proved stale).
 async fn claim_off_cached_view(
     db: &Db,
     kind: ContextOperationKind,
@@ -262,8 +308,7 @@ async fn claim_off_cached_view(
     let (queues, kind_limits) = view.queues(limits);
     let tenants = queues.len();
     let Pick::Run { tenant, .. } = pick(&queues, &kind_limits) else { return Ok(None) };
-    let target = Target::FirstDue { kind: kind.as_str(), tenant, from: view.start(tenant) };
-    if let Some(claimed) = claim_id(db, target, owner, lease_ms, Takes::Unpaused).await? {
+    if let Some(claimed) = views.claims.claim(db, kind, tenant, view.start(tenant), owner, lease_ms).await? {
         record_claim(db, views, kind, tenant, queue_position(&claimed.operation), tenants, now).await?;
         return Ok(Some(Next::Claimed(Box::new(claimed))));
     }

@@ -11,10 +11,12 @@
 //! - this file: the lease holder's transitions ([`apply`]) and the attempt history;
 //! - [`claim`]: claiming the next by fair share, holding queued work, recovering orphans;
 //! - [`api`]: the API's and dispatcher's transitions (cancel, retry, expire, bulk).
-//! - [`view`]: the scheduler's view of a kind's queues, and this process's recent copy.
+//! - [`view`]: the scheduler's view of a kind's queues, and this process's recent copy;
+//! - [`combine`]: claims off that copy that arrive together, made in one statement.
 
 mod api;
 mod claim;
+mod combine;
 mod view;
 
 pub use api::{BulkAction, BulkFilter, BulkOutcome, bulk, cancel, expire_overdue, requeue, set_paused};

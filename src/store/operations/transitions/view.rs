@@ -24,6 +24,7 @@ use context_jobs::operation::schedule::{KindLimits, TenantQueue};
 use sqlx::AssertSqlSafe;
 
 use super::ClaimLimits;
+use super::combine::ClaimCombiner;
 
 /// How old a cached view may be when an unlimited kind claims off it.
 pub const VIEW_TTL: Duration = Duration::from_millis(200);
@@ -152,10 +153,12 @@ impl View {
 /// How old a copy may be while another claim of the process reads the view again.
 const STALE_LIMIT: Duration = Duration::from_secs(2);
 
-/// This process's recent views, by kind, and the kinds whose view is being read again.
+/// This process's recent views, by kind, and the kinds whose view is being read again;
+/// and the claims made off them, combined (`combine.rs`).
 #[derive(Default)]
 pub struct ViewCache {
     views: Mutex<Views>,
+    pub(super) claims: ClaimCombiner,
 }
 
 #[derive(Default)]
@@ -174,6 +177,12 @@ impl Drop for Refreshing<'_> {
 }
 
 impl ViewCache {
+    /// How many claims of `kind` off the copies wait for the combined claim in flight;
+    /// `None` when none is (tests, diagnostics).
+    pub fn claims_waiting(&self, kind: ContextOperationKind) -> Option<usize> {
+        self.claims.waiting(kind)
+    }
+
     fn views(&self) -> std::sync::MutexGuard<'_, Views> {
         self.views.lock().unwrap_or_else(|p| p.into_inner())
     }
