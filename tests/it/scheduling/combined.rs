@@ -85,14 +85,28 @@ async fn until_waiting(views: &ViewCache, n: usize) {
     .await;
 }
 
-async fn claims_arriving_together_share_one_statement(backend: Backend) {
+/// Ten queued operations and a first claim whose statement waits on a lock the test holds.
+struct InFlight {
+    db: Db,
+    views: Arc<ViewCache>,
+    blocker: Blocker,
+    first: tokio::task::JoinHandle<(String, String)>,
+    _dir: tempfile::TempDir,
+}
+
+async fn first_claim_in_flight(backend: Backend) -> InFlight {
     let dir = tempfile::tempdir().unwrap();
     let (url, db) = ten_queued(backend, dir.path()).await;
     let views = Arc::new(ViewCache::default());
     let blocker = Blocker::hold(&url, backend).await;
     let first = tokio::spawn(claim(views.clone(), db.clone()));
-    // The first claim's statement now waits on the lock; the others arrive behind it.
     until_waiting(&views, 0).await;
+    InFlight { db, views, blocker, first, _dir: dir }
+}
+
+async fn claims_arriving_together_share_one_statement(backend: Backend) {
+    let InFlight { db, views, blocker, first, _dir } = first_claim_in_flight(backend).await;
+    // The others arrive behind the first.
     let others: Vec<_> = (0..7).map(|_| tokio::spawn(claim(views.clone(), db.clone()))).collect();
     until_waiting(&views, 7).await;
     assert!(!first.is_finished(), "the first claim went through the lock");
@@ -126,12 +140,7 @@ async fn claims_arriving_together_share_one_statement(backend: Backend) {
 /// combined statement claimed for it is put back, not left running without a runner
 /// until its lease expires.
 async fn a_claim_nobody_waits_for_goes_back_to_the_queue(backend: Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let (url, db) = ten_queued(backend, dir.path()).await;
-    let views = Arc::new(ViewCache::default());
-    let blocker = Blocker::hold(&url, backend).await;
-    let first = tokio::spawn(claim(views.clone(), db.clone()));
-    until_waiting(&views, 0).await;
+    let InFlight { db, views, blocker, first, _dir } = first_claim_in_flight(backend).await;
     let gone = tokio::spawn(claim(views.clone(), db.clone()));
     until_waiting(&views, 1).await;
     gone.abort();
