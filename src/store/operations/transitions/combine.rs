@@ -77,17 +77,37 @@ impl ClaimCombiner {
 
     /// Serve `kind`'s lane until no claim waits: each round takes every claim waiting.
     async fn drain(self, db: Db, kind: ContextOperationKind, owner: String, lease_ms: i64) {
+        let mut unexpected_exit = IdleAtExit(Some((&self, kind)));
         loop {
             let round = {
                 let mut lanes = self.lanes();
                 let lane = lanes.entry(kind).or_default();
                 if lane.waiting.is_empty() {
+                    // Idle under the same lock a new claim checks it with.
                     lane.draining = false;
+                    unexpected_exit.0 = None;
                     return;
                 }
                 std::mem::take(&mut lane.waiting)
             };
             serve(&db, kind, round, &owner, lease_ms).await;
+        }
+    }
+}
+
+/// Marks the lane idle when its task ends otherwise than by finding it empty: a task that
+/// panicked or was dropped with the runtime must not leave later claims waiting for a drain
+/// that never comes. Claims still waiting then are answered `None` (their senders dropped)
+/// and decide off a fresh view.
+struct IdleAtExit<'c>(Option<(&'c ClaimCombiner, ContextOperationKind)>);
+
+impl Drop for IdleAtExit<'_> {
+    fn drop(&mut self) {
+        if let Some((combiner, kind)) = self.0 {
+            let mut lanes = combiner.lanes();
+            let lane = lanes.entry(kind).or_default();
+            lane.draining = false;
+            lane.waiting.clear();
         }
     }
 }
@@ -131,5 +151,36 @@ async fn release(db: &Db, orphan: Claimed) {
             // Its lease expires and recovery takes it, as after a crash.
             tracing::warn!(operation = %orphan.operation.id, error = %e, "could not release an unwanted claim");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drain_that_ends_unexpectedly_leaves_the_lane_idle_and_answers_its_waiting_claims() {
+        let combiner = ClaimCombiner::default();
+        let kind = ContextOperationKind::Delete;
+        let (reply, mut answer) = oneshot::channel();
+        {
+            let mut lanes = combiner.lanes();
+            let lane = lanes.entry(kind).or_default();
+            lane.draining = true;
+            lane.waiting.push(Waiting { tenant: "t".into(), from: None, reply });
+        }
+        assert_eq!(combiner.waiting(kind), Some(1));
+        drop(IdleAtExit(Some((&combiner, kind))));
+        assert_eq!(combiner.waiting(kind), None, "idle: the next claim starts a drain");
+        assert!(matches!(answer.try_recv(), Err(oneshot::error::TryRecvError::Closed)));
+    }
+
+    #[test]
+    fn a_drain_that_found_its_lane_empty_leaves_the_lane_to_the_next() {
+        let combiner = ClaimCombiner::default();
+        let kind = ContextOperationKind::Export;
+        combiner.lanes().entry(kind).or_default().draining = true;
+        drop(IdleAtExit(None));
+        assert_eq!(combiner.waiting(kind), Some(0), "a disarmed guard changes nothing");
     }
 }
