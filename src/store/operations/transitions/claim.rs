@@ -107,10 +107,18 @@ fn claim_statement<'q>(
             let from_p = from.map(|(rank, at)| (p.p(rank), p.p(at)));
             let lock = if engine == Engine::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
             let from_p = from_p.as_ref().map(|(r, a)| (r.as_str(), a.as_str()));
-            // One row keeps the single claim's statement (and plan) as it was.
-            match count {
-                1 => format!("id = ({})", first_due(&kind_p, &tenant_p, &now_p, from_p, "1", lock)),
-                n => format!("id IN ({})", first_due(&kind_p, &tenant_p, &now_p, from_p, &p.p(n), lock)),
+            // One row keeps the single claim's statement (and plan) as it was. Several: on
+            // PostgreSQL the ids are collected once (`ARRAY(…)` is an init plan), since an
+            // `IN (… SKIP LOCKED)` subquery that a plan ran more than once would pick rows
+            // again each time, past `LIMIT`; SQLite evaluates `IN (…)` once, into a table.
+            match (count, engine) {
+                (1, _) => format!("id = ({})", first_due(&kind_p, &tenant_p, &now_p, from_p, "1", lock)),
+                (n, Engine::Postgres) => {
+                    format!("id = ANY(ARRAY({}))", first_due(&kind_p, &tenant_p, &now_p, from_p, &p.p(n), lock))
+                }
+                (n, Engine::Sqlite) => {
+                    format!("id IN ({})", first_due(&kind_p, &tenant_p, &now_p, from_p, &p.p(n), lock))
+                }
             }
         }
     };

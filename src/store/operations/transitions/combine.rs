@@ -11,13 +11,22 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
 use super::{Claimed, FenceError, apply, claim};
+use crate::store::operations::queue_position;
 use crate::store::{Db, StoreResult};
 use context_jobs::contract::ContextOperationKind;
 use context_jobs::operation::Transition;
+
+/// How long one combined claim statement may take before its claims are answered `None`
+/// (they decide off a fresh view, on other connections). A claim takes about a millisecond;
+/// this bounds what a connection cut without a word (a half-open TCP connection) or a long
+/// table lock holds every claim of the kind in this process to. What such a statement
+/// claims after all runs nowhere and is recovered when its lease expires.
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The claims waiting, per kind.
 #[derive(Default, Clone)]
@@ -70,14 +79,23 @@ impl ClaimCombiner {
             !std::mem::replace(&mut lane.draining, true)
         };
         if start {
-            tokio::spawn(self.clone().drain(db.clone(), kind, owner.to_owned(), lease_ms));
+            // Made before the spawn: a task dropped before its first poll (a runtime
+            // shutting down) still leaves the lane idle.
+            let idle_at_exit = IdleAtExit(Some((self.clone(), kind)));
+            tokio::spawn(self.clone().drain(db.clone(), kind, owner.to_owned(), lease_ms, idle_at_exit));
         }
         Ok(claimed.await.ok().flatten())
     }
 
     /// Serve `kind`'s lane until no claim waits: each round takes every claim waiting.
-    async fn drain(self, db: Db, kind: ContextOperationKind, owner: String, lease_ms: i64) {
-        let mut unexpected_exit = IdleAtExit(Some((&self, kind)));
+    async fn drain(
+        self,
+        db: Db,
+        kind: ContextOperationKind,
+        owner: String,
+        lease_ms: i64,
+        mut unexpected_exit: IdleAtExit,
+    ) {
         loop {
             let round = {
                 let mut lanes = self.lanes();
@@ -99,11 +117,11 @@ impl ClaimCombiner {
 /// panicked or was dropped with the runtime must not leave later claims waiting for a drain
 /// that never comes. Claims still waiting then are answered `None` (their senders dropped)
 /// and decide off a fresh view.
-struct IdleAtExit<'c>(Option<(&'c ClaimCombiner, ContextOperationKind)>);
+struct IdleAtExit(Option<(ClaimCombiner, ContextOperationKind)>);
 
-impl Drop for IdleAtExit<'_> {
+impl Drop for IdleAtExit {
     fn drop(&mut self) {
-        if let Some((combiner, kind)) = self.0 {
+        if let Some((combiner, kind)) = self.0.take() {
             let mut lanes = combiner.lanes();
             let lane = lanes.entry(kind).or_default();
             lane.draining = false;
@@ -126,19 +144,32 @@ async fn serve(db: &Db, kind: ContextOperationKind, round: Vec<Waiting>, owner: 
         // the search starts: an earlier one finds the same operations).
         let from = group.iter().map(|w| w.from).reduce(|a, b| a.zip(b).map(|(a, b)| a.min(b))).flatten();
         let count = group.len() as i64;
-        let mut claimed = match claim::claim_first_due(db, kind, &tenant, from, count, owner, lease_ms).await {
-            Ok(claimed) => claimed,
-            Err(e) => {
+        let statement = claim::claim_first_due(db, kind, &tenant, from, count, owner, lease_ms);
+        let mut claimed = match tokio::time::timeout(STATEMENT_TIMEOUT, statement).await {
+            Ok(Ok(claimed)) => claimed,
+            Ok(Err(e)) => {
                 tracing::debug!(kind = kind.as_str(), error = %e, "a combined claim failed");
+                Vec::new()
+            }
+            Err(_) => {
+                tracing::warn!(kind = kind.as_str(), "a combined claim took over {STATEMENT_TIMEOUT:?}; given up");
                 Vec::new()
             }
         };
         // The earliest claims get the queue's front.
-        claimed.sort_by_key(|c| std::cmp::Reverse(crate::store::operations::queue_position(&c.operation)));
+        claimed.sort_by(|a, b| {
+            let key = |c: &Claimed| (queue_position(&c.operation), c.operation.id.as_str().to_owned());
+            key(b).cmp(&key(a))
+        });
         for waiting in group {
             if let Err(Some(orphan)) = waiting.reply.send(claimed.pop()) {
                 release(db, orphan).await;
             }
+        }
+        // Never more rows than claims (the statement's `LIMIT`); should one come, it runs
+        // nowhere, so it goes back.
+        for orphan in claimed {
+            release(db, orphan).await;
         }
     }
 }
@@ -170,7 +201,7 @@ mod tests {
             lane.waiting.push(Waiting { tenant: "t".into(), from: None, reply });
         }
         assert_eq!(combiner.waiting(kind), Some(1));
-        drop(IdleAtExit(Some((&combiner, kind))));
+        drop(IdleAtExit(Some((combiner.clone(), kind))));
         assert_eq!(combiner.waiting(kind), None, "idle: the next claim starts a drain");
         assert!(matches!(answer.try_recv(), Err(oneshot::error::TryRecvError::Closed)));
     }
