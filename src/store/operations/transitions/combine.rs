@@ -157,12 +157,10 @@ async fn serve(db: &Db, kind: ContextOperationKind, round: Vec<Waiting>, owner: 
             }
         };
         // The earliest claims get the queue's front.
-        claimed.sort_by(|a, b| {
-            let key = |c: &Claimed| (queue_position(&c.operation), c.operation.id.as_str().to_owned());
-            key(b).cmp(&key(a))
-        });
+        claimed.sort_by_cached_key(|c| (queue_position(&c.operation), c.operation.id.clone()));
+        let mut claimed = claimed.into_iter();
         for waiting in group {
-            if let Err(Some(orphan)) = waiting.reply.send(claimed.pop()) {
+            if let Err(Some(orphan)) = waiting.reply.send(claimed.next()) {
                 release(db, orphan).await;
             }
         }
