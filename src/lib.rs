@@ -10,7 +10,8 @@
 //! - [`recall`], [`embedder`], [`provider`] — hybrid recall, the vector embedder, the
 //!   Responses client.
 //! - [`ui`] — the operator dashboard's embedded files (`/ui`).
-//! - [`config`], [`metrics`], [`server`], [`telemetry`] — wiring.
+//! - [`config`], [`metrics`], [`server`], [`telemetry`] — wiring; [`tcp`] — the TCP
+//!   options of every connection to PostgreSQL and Redis.
 //!
 //! See `docs/architecture.md` for the map and the path of an operation.
 
@@ -28,6 +29,7 @@ pub mod ratelimit;
 pub mod recall;
 pub mod server;
 pub mod store;
+pub mod tcp;
 pub mod telemetry;
 pub mod ui;
 pub mod worker;

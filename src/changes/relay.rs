@@ -87,7 +87,7 @@ impl Changes {
         subscribe: bool,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Vec<JoinHandle<anyhow::Result<()>>>> {
-        let client = redis::Client::open(redis_url)?;
+        let client = crate::tcp::redis_client(redis_url)?;
         let origin = ulid::Ulid::generate().to_string();
         let channel = channel(namespace);
         let (tx, rx) = mpsc::channel(OUTBOX);

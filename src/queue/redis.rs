@@ -13,7 +13,7 @@ use apalis::prelude::{BackendExt as _, TaskBuilder, WorkerBuilder, WorkerBuilder
 use apalis_redis::{Config as RedisConfig, RedisStorage};
 use futures::FutureExt as _;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncConnectionConfig, Client, Script};
+use redis::{AsyncConnectionConfig, Script};
 use tokio::sync::Notify;
 
 use super::worker::{Deliver, Envelope, LenientCodec, REDIS_RECHECKS, WakeOrInterval};
@@ -93,7 +93,7 @@ fn glob_escape(s: &str) -> String {
 impl RedisQueue {
     pub(super) async fn connect(url: &str) -> anyhow::Result<Self> {
         let shown = redact_url(url);
-        let client = Client::open(url).with_context(|| format!("invalid REDIS_URL {shown}"))?;
+        let client = crate::tcp::redis_client(url).with_context(|| format!("invalid REDIS_URL {shown}"))?;
         // One quick probe so an unreachable Redis fails startup in seconds with one line.
         let probe = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(3)))

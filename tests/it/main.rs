@@ -13,6 +13,7 @@ mod bad_input;
 mod cli;
 mod collation;
 mod contract_vocabulary;
+mod dead_peers;
 mod embeddings_provider;
 mod engine;
 mod engine_faults;

@@ -7,9 +7,9 @@
 //! DDL only). Where an engine needs its own SQL the store matches on [`Tx`] or [`Db`].
 
 mod errors;
-mod nodelay;
 pub mod pg_copy;
 mod query;
+mod socket;
 pub mod sqlite_rows;
 
 pub use errors::{is_transient, is_unique_violation, transient_reason};
@@ -191,7 +191,7 @@ impl Db {
                         Ok(true)
                     })
                 })
-                .after_connect(|conn, _| Box::pin(nodelay::disable_nagle(conn)))
+                .after_connect(|conn, _| Box::pin(socket::harden(conn)))
                 // sqlx grows a connection's buffers to its largest message and keeps them:
                 // after an export's chunk commits (4 MiB of parameters) or an import batch,
                 // every pooled connection would hold megabytes for the rest of its life.
