@@ -4,14 +4,22 @@
 //! A peer that vanishes without a word — a host that lost power, a NAT or firewall that
 //! dropped the flow, a failover that moved the address — leaves a half-open connection.
 //! Without these options a statement or command sent on it waits for the kernel's
-//! defaults (~15 minutes of retransmissions; two hours before an idle one is probed), and a
-//! Redis subscription on it simply stops hearing anything. With them the kernel closes the
-//! connection within [`DEAD_PEER_AFTER`]: the statement fails with a transient error (a
-//! 503 at the edge, a retry in a job), the pool or the connection manager makes a new
-//! connection, and the change relay subscribes again.
+//! retransmissions to give up (~15 minutes), an idle connection is never probed, and a
+//! Redis subscription on it simply stops hearing anything. With them (Linux) the kernel
+//! closes the connection once [`USER_TIMEOUT`] has passed since what we sent went
+//! unanswered, or, on an idle connection, since the last answer to a keepalive probe
+//! (probes start after [`KEEPALIVE_IDLE`]): the statement fails with a transient error (a
+//! 503 at the edge, a retry in a job), the pool or the connection manager connects again,
+//! and the change relay subscribes again. A send during the probing starts the count
+//! again, so a peer that dies while its connection idles can take up to twice as long.
+//!
+//! The same timeout ends a connection whose peer keeps its receive window shut for that
+//! long (Linux 5.11 and later): a `COPY` stalled behind a lock for over 30 s fails as a
+//! transient error, and its job retries from its checkpoint.
 //!
 //! Leaf module: it imports nothing of the shell, so the store may use it.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use socket2::{SockRef, TcpKeepalive};
@@ -20,18 +28,12 @@ use socket2::{SockRef, TcpKeepalive};
 pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
 /// Time between unanswered probes.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
-/// Unanswered probes before the connection is closed.
+/// Unanswered probes before the connection is closed where there is no user timeout
+/// (on Linux [`USER_TIMEOUT`] decides instead).
 pub const KEEPALIVE_PROBES: u32 = 3;
-/// How long sent data may stay unacknowledged before the connection is closed
+/// How long what we sent may stay unanswered before the connection is closed
 /// (`TCP_USER_TIMEOUT`); with keepalive on, it also bounds the probing.
 pub const USER_TIMEOUT: Duration = Duration::from_secs(30);
-/// The longest a dead peer goes unnoticed, idle or busy.
-pub const DEAD_PEER_AFTER: Duration = Duration::from_secs(30);
-
-const _: () = assert!(
-    KEEPALIVE_IDLE.as_secs() + KEEPALIVE_INTERVAL.as_secs() * KEEPALIVE_PROBES as u64 <= DEAD_PEER_AFTER.as_secs()
-        && USER_TIMEOUT.as_secs() <= DEAD_PEER_AFTER.as_secs()
-);
 
 fn keepalive() -> TcpKeepalive {
     TcpKeepalive::new().with_time(KEEPALIVE_IDLE).with_interval(KEEPALIVE_INTERVAL).with_retries(KEEPALIVE_PROBES)
@@ -92,10 +94,9 @@ impl Options {
     }
 }
 
-/// Every TCP socket of this process bound to local `port` (Linux: found through
-/// `/proc/self/fd`), handed to `f`. Several can match: Linux may reuse one ephemeral
-/// port for connections to different servers.
-pub fn with_sockets_on_local_port(port: u16, mut f: impl FnMut(SockRef<'_>)) {
+/// Every TCP socket of this process (Linux: found through `/proc/self/fd`), with its
+/// local and peer addresses.
+pub fn for_each_tcp_socket(mut f: impl FnMut(SockRef<'_>, SocketAddr, SocketAddr)) {
     use std::os::fd::BorrowedFd;
     let Ok(fds) = std::fs::read_dir("/proc/self/fd") else { return };
     for entry in fds.flatten() {
@@ -104,12 +105,24 @@ pub fn with_sockets_on_local_port(port: u16, mut f: impl FnMut(SockRef<'_>)) {
             continue;
         }
         // SAFETY: `fd` was open a moment ago and is a socket; borrowing it closes nothing.
-        // If it was closed and reused meanwhile, the calls below only read its address and
-        // set options on whatever socket it is now (harmless for any of ours).
+        // If it was closed and reused meanwhile, the calls below only read its addresses
+        // and set options on whatever socket it is now (harmless for any of ours).
         let fd = unsafe { BorrowedFd::borrow_raw(fd) };
         let socket = SockRef::from(&fd);
-        if socket.local_addr().ok().and_then(|a| a.as_socket()).is_some_and(|a| a.port() == port) {
+        let (Some(local), Some(peer)) =
+            (socket.local_addr().ok().and_then(|a| a.as_socket()), socket.peer_addr().ok().and_then(|a| a.as_socket()))
+        else {
+            continue; // not an IP socket, or not connected
+        };
+        f(socket, local, peer);
+    }
+}
+
+/// Every TCP socket of this process connected to a peer's `port`.
+pub fn with_sockets_to_peer_port(port: u16, mut f: impl FnMut(SockRef<'_>)) {
+    for_each_tcp_socket(|socket, _, peer| {
+        if peer.port() == port {
             f(socket);
         }
-    }
+    });
 }

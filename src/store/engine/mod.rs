@@ -191,7 +191,13 @@ impl Db {
                         Ok(true)
                     })
                 })
-                .after_connect(|conn, _| Box::pin(socket::harden(conn)))
+                .after_connect({
+                    let options = options.clone();
+                    move |_, _| {
+                        socket::harden(&options);
+                        Box::pin(async { Ok(()) })
+                    }
+                })
                 // sqlx grows a connection's buffers to its largest message and keeps them:
                 // after an export's chunk commits (4 MiB of parameters) or an import batch,
                 // every pooled connection would hold megabytes for the rest of its life.

@@ -4,23 +4,31 @@
 //! can wait for the server's delayed ACK, 40 ms on Linux — and the keepalive and user
 //! timeout that notice a dead server, for which sqlx has no option at all.
 //!
-//! sqlx does not hand out its socket, so after each connection is made the server tells us
-//! the connection's client port (`inet_client_port()`), and the process's own socket bound
-//! to that local port gets the options. Anything unusual — a Unix socket, a proxy in
-//! between, no `/proc` — finds no match and changes nothing.
+//! sqlx does not hand out its socket, so after each connection is made every TCP socket of
+//! the process connected to the server's port gets the options: the new one and, again,
+//! the pool's others (the options are the same, and harmless on any other connection to
+//! that port). Matching the port we dialled, not the address the server reports, works
+//! through a proxy or a published container port too. A Unix socket needs none of it.
 
-use sqlx::PgConnection;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Set the options on `conn`'s socket, when it can be found.
-pub async fn harden(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    let port: Option<i32> = sqlx::query_scalar("SELECT inet_client_port()").fetch_one(&mut *conn).await?;
-    if let Some(port) = port.and_then(|p| u16::try_from(p).ok()) {
-        // Every match, not the first: the options are harmless on another of our sockets.
-        crate::tcp::with_sockets_on_local_port(port, |socket| {
-            if let Err(e) = crate::tcp::apply(socket) {
-                tracing::debug!(error = %e, port, "could not set a PostgreSQL socket's options");
-            }
-        });
+use sqlx::postgres::PgConnectOptions;
+
+/// Set the options on the sockets connected to `options`' server, when there are any.
+pub fn harden(options: &PgConnectOptions) {
+    if options.get_socket().is_some() {
+        return;
     }
-    Ok(())
+    let port = options.get_port();
+    let mut found = false;
+    crate::tcp::with_sockets_to_peer_port(port, |socket| {
+        found = true;
+        if let Err(e) = crate::tcp::apply(socket) {
+            tracing::debug!(error = %e, port, "could not set a PostgreSQL socket's options");
+        }
+    });
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !found && !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(port, "no socket to PostgreSQL found: its connections go without keepalive and user timeout");
+    }
 }
