@@ -48,14 +48,24 @@ pub fn apply(socket: SockRef<'_>) -> std::io::Result<()> {
 }
 
 /// A Redis client whose connections get the same options (set by the redis crate as it
-/// connects; Unix sockets are left alone).
-pub fn redis_client(url: &str) -> redis::RedisResult<redis::Client> {
+/// connects; Unix sockets are left alone). With `ca_pem`, a `rediss://` server must show a
+/// certificate those PEM certificates issued; without, one of the public roots.
+pub fn redis_client(url: &str, ca_pem: Option<Vec<u8>>) -> redis::RedisResult<redis::Client> {
     use redis::IntoConnectionInfo as _;
+    // The redis crate builds its TLS configuration from rustls's process default; install
+    // ring's (sqlx's too) unless one is already there.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let settings = redis::io::tcp::TcpSettings::default()
         .set_nodelay(true)
         .set_keepalive(keepalive())
         .set_user_timeout(USER_TIMEOUT);
-    redis::Client::open(url.into_connection_info()?.set_tcp_settings(settings))
+    let info = url.into_connection_info()?.set_tcp_settings(settings);
+    match ca_pem {
+        None => redis::Client::open(info),
+        Some(root_cert) => {
+            redis::Client::build_with_tls(info, redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) })
+        }
+    }
 }
 
 /// The options as a socket has them, to check them (tests, diagnostics).

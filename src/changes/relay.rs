@@ -82,12 +82,11 @@ impl Changes {
     /// process's watches for other processes' changes. Runs until `shutdown`.
     pub fn spawn_relay(
         &self,
-        redis_url: &str,
+        client: redis::Client,
         namespace: &str,
         subscribe: bool,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Vec<JoinHandle<anyhow::Result<()>>>> {
-        let client = crate::tcp::redis_client(redis_url)?;
         let origin = ulid::Ulid::generate().to_string();
         let channel = channel(namespace);
         let (tx, rx) = mpsc::channel(OUTBOX);

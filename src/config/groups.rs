@@ -76,6 +76,11 @@ pub struct QueueConfig {
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
 
+    /// PEM certificates to trust for a `rediss://` Redis (a private CA) instead of the
+    /// public roots.
+    #[arg(long, env = "CONTEXT_OPS_REDIS_CA_FILE")]
+    pub redis_ca_file: Option<std::path::PathBuf>,
+
     /// Prefix of every queue name (lets several deployments or tests share one Redis).
     #[arg(long, env = "CONTEXT_OPS_QUEUE_NAMESPACE", default_value = "context-ops")]
     pub queue_namespace: String,
@@ -88,6 +93,24 @@ pub struct QueueConfig {
     /// push may have been lost, e.g. by a Redis restart without persistence).
     #[arg(long, env = "CONTEXT_OPS_REPUSH_AFTER_MS", default_value_t = 60_000)]
     pub repush_after_ms: u64,
+}
+
+impl QueueConfig {
+    /// The Redis client every connection of the process is made with (`REDIS_URL`, its TCP
+    /// options, `CONTEXT_OPS_REDIS_CA_FILE`'s certificates); `None` without Redis.
+    pub fn redis_client(&self) -> anyhow::Result<Option<redis::Client>> {
+        let Some(url) = &self.redis_url else { return Ok(None) };
+        let ca = match &self.redis_ca_file {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .map_err(|e| anyhow::anyhow!("cannot read CONTEXT_OPS_REDIS_CA_FILE {}: {e}", path.display()))?,
+            ),
+            None => None,
+        };
+        crate::tcp::redis_client(url, ca)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("invalid REDIS_URL {}: {e}", crate::store::engine::redact_url(url)))
+    }
 }
 
 #[derive(Clone, Args)]

@@ -347,6 +347,12 @@ impl Config {
                 "REDIS_URL must start with redis:// or rediss://"
             );
         }
+        if self.queue.redis_ca_file.is_some() {
+            anyhow::ensure!(
+                self.queue.redis_url.as_deref().is_some_and(|u| u.starts_with("rediss://")),
+                "CONTEXT_OPS_REDIS_CA_FILE is set but REDIS_URL is not a rediss:// (TLS) URL"
+            );
+        }
         self.scheduling()?;
         Ok(())
     }

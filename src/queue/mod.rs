@@ -119,8 +119,11 @@ impl Queue {
     /// is a startup error; unreachable Redis fails fast with one clear line.
     pub async fn connect(config: &Config, db: &Db) -> anyhow::Result<Queue> {
         anyhow::ensure!(!config.queue.queue_namespace.is_empty(), "CONTEXT_OPS_QUEUE_NAMESPACE must not be empty");
-        let backend = match (&config.queue.redis_url, db) {
-            (Some(url), _) => Backend::Redis(redis::RedisQueue::connect(url).await?),
+        let backend = match (config.queue.redis_client()?, db) {
+            (Some(client), _) => {
+                let url = config.queue.redis_url.as_deref().unwrap_or_default();
+                Backend::Redis(redis::RedisQueue::connect(client, url).await?)
+            }
             (None, Db::Sqlite(pool)) => Backend::Sqlite(sqlite::SqliteQueue::connect(db, pool.clone()).await?),
             (None, Db::Postgres(_)) => anyhow::bail!(
                 "REDIS_URL is required with a PostgreSQL DATABASE_URL: the embedded queue runs only on SQLite"

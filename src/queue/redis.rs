@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context as _;
 use apalis::prelude::{BackendExt as _, TaskBuilder, WorkerBuilder, WorkerBuilderExt as _, WorkerContext};
 use apalis_redis::{Config as RedisConfig, RedisStorage};
 use futures::FutureExt as _;
@@ -91,9 +90,9 @@ fn glob_escape(s: &str) -> String {
 }
 
 impl RedisQueue {
-    pub(super) async fn connect(url: &str) -> anyhow::Result<Self> {
+    /// `client` made from `url` (`QueueConfig::redis_client`), which errors show redacted.
+    pub(super) async fn connect(client: redis::Client, url: &str) -> anyhow::Result<Self> {
         let shown = redact_url(url);
-        let client = crate::tcp::redis_client(url).with_context(|| format!("invalid REDIS_URL {shown}"))?;
         // One quick probe so an unreachable Redis fails startup in seconds with one line.
         let probe = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(3)))

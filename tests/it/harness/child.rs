@@ -252,9 +252,16 @@ impl Service {
 
 /// A private, non-persistent `redis-server` on `port`.
 pub fn start_redis(dir: &Path, name: &str, port: u16) -> Proc {
+    start_redis_with(dir, name, port, &[])
+}
+
+/// [`start_redis`] with more `redis-server` arguments (e.g. a TLS port beside `port`, which
+/// stays plain: readiness is its `PING`).
+pub fn start_redis_with(dir: &Path, name: &str, port: u16, args: &[&str]) -> Proc {
     let mut cmd = Command::new("redis-server");
     cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .args(["--daemonize", "no"])
+        .args(args)
         .current_dir(dir);
     let mut proc = Proc::spawn(name, cmd, dir);
     let deadline = Instant::now() + Duration::from_secs(10);

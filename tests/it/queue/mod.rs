@@ -6,6 +6,7 @@
 //! `delivery`: every message delivered, early ones waiting for workers, vacuum.
 //! `resilience`: panics and garbage, a clean shutdown, a backend that forgets its workers.
 //! `connect`: connection errors and the SQLite queue's own migrations.
+//! `tls`: Redis over TLS, verified against a configured CA.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,6 +27,7 @@ use crate::harness::{Backend, fresh_database, redis_url, unique};
 mod connect;
 mod delivery;
 mod resilience;
+mod tls;
 
 const DEADLINE: Duration = Duration::from_secs(30);
 const DELETE: ContextOperationKind = ContextOperationKind::Delete;
