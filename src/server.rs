@@ -132,7 +132,7 @@ pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
     }
     // Changes committed here reach other processes' long-polls and streams (production);
     // a process serving the API also hears theirs.
-    if let Some(redis) = config.queue.redis_client()? {
+    if let Some(redis) = state.queue.redis_client() {
         tasks.extend(state.changes.spawn_relay(
             redis,
             &config.queue.queue_namespace,

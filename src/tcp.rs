@@ -49,12 +49,15 @@ pub fn apply(socket: SockRef<'_>) -> std::io::Result<()> {
 
 /// A Redis client whose connections get the same options (set by the redis crate as it
 /// connects; Unix sockets are left alone). With `ca_pem`, a `rediss://` server must show a
-/// certificate those PEM certificates issued; without, one of the public roots.
+/// certificate those PEM certificates issued; without, one of the public roots (the
+/// Mozilla set bundled by `webpki-roots`, not the system's store).
 pub fn redis_client(url: &str, ca_pem: Option<Vec<u8>>) -> redis::RedisResult<redis::Client> {
     use redis::IntoConnectionInfo as _;
     // The redis crate builds its TLS configuration from rustls's process default; install
-    // ring's (sqlx's too) unless one is already there.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // aws-lc-rs unless one is there. reqwest uses the default when there is one and
+    // aws-lc-rs otherwise, so its clients do not change with the order things start in;
+    // sqlx names its own (ring).
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let settings = redis::io::tcp::TcpSettings::default()
         .set_nodelay(true)
         .set_keepalive(keepalive())

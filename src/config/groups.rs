@@ -101,16 +101,28 @@ impl QueueConfig {
     pub fn redis_client(&self) -> anyhow::Result<Option<redis::Client>> {
         let Some(url) = &self.redis_url else { return Ok(None) };
         let ca = match &self.redis_ca_file {
-            Some(path) => Some(
-                std::fs::read(path)
-                    .map_err(|e| anyhow::anyhow!("cannot read CONTEXT_OPS_REDIS_CA_FILE {}: {e}", path.display()))?,
-            ),
+            Some(path) => Some(read_ca_file(path)?),
             None => None,
         };
         crate::tcp::redis_client(url, ca)
             .map(Some)
             .map_err(|e| anyhow::anyhow!("invalid REDIS_URL {}: {e}", crate::store::engine::redact_url(url)))
     }
+}
+
+/// `CONTEXT_OPS_REDIS_CA_FILE`'s bytes, refused unless it holds PEM certificates and only
+/// readable ones (an empty or DER file would otherwise trust nothing, and fail later as
+/// the server's certificate).
+fn read_ca_file(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let shown = path.display();
+    let pem = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read CONTEXT_OPS_REDIS_CA_FILE {shown}: {e}"))?;
+    let certificates = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("CONTEXT_OPS_REDIS_CA_FILE {shown} is not PEM certificates: {e}"))?;
+    anyhow::ensure!(!certificates.is_empty(), "CONTEXT_OPS_REDIS_CA_FILE {shown} holds no PEM certificate");
+    Ok(pem)
 }
 
 #[derive(Clone, Args)]

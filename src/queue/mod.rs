@@ -105,7 +105,7 @@ struct Inner {
 }
 
 enum Backend {
-    Redis(redis::RedisQueue),
+    Redis(Box<redis::RedisQueue>),
     Sqlite(sqlite::SqliteQueue),
 }
 
@@ -122,7 +122,7 @@ impl Queue {
         let backend = match (config.queue.redis_client()?, db) {
             (Some(client), _) => {
                 let url = config.queue.redis_url.as_deref().unwrap_or_default();
-                Backend::Redis(redis::RedisQueue::connect(client, url).await?)
+                Backend::Redis(Box::new(redis::RedisQueue::connect(client, url).await?))
             }
             (None, Db::Sqlite(pool)) => Backend::Sqlite(sqlite::SqliteQueue::connect(db, pool.clone()).await?),
             (None, Db::Postgres(_)) => anyhow::bail!(
@@ -143,6 +143,15 @@ impl Queue {
     pub fn redis(&self) -> Option<::redis::aio::ConnectionManager> {
         match &self.inner.backend {
             Backend::Redis(r) => Some(r.connection()),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// The Redis client (production) the queue's connections were made with, for the
+    /// process's other Redis connections (the change relay).
+    pub fn redis_client(&self) -> Option<::redis::Client> {
+        match &self.inner.backend {
+            Backend::Redis(r) => Some(r.client()),
             Backend::Sqlite(_) => None,
         }
     }

@@ -20,6 +20,8 @@ use super::{HEARTBEAT_INTERVAL, MISSED_HEARTBEATS, QueueDepth};
 use crate::store::engine::redact_url;
 
 pub(super) struct RedisQueue {
+    /// What every connection of the process is made with (the change relay's too).
+    client: redis::Client,
     conn: ConnectionManager,
 }
 
@@ -116,11 +118,15 @@ impl RedisQueue {
             .get_connection_manager_with_config(config)
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect to Redis at {shown}: {e}"))?;
-        Ok(Self { conn })
+        Ok(Self { client, conn })
     }
 
     pub(super) fn connection(&self) -> ConnectionManager {
         self.conn.clone()
+    }
+
+    pub(super) fn client(&self) -> redis::Client {
+        self.client.clone()
     }
 
     pub(super) async fn push(&self, queue: &str, payloads: Vec<Vec<u8>>) -> anyhow::Result<()> {

@@ -84,12 +84,7 @@ async fn the_queue_and_change_relay_connections_to_redis_carry_the_dead_peer_opt
     let shutdown = CancellationToken::new();
     let changes = Changes::new();
     let tasks = changes
-        .spawn_relay(
-            config.queue.redis_client().unwrap().unwrap(),
-            &config.queue.queue_namespace,
-            true,
-            shutdown.clone(),
-        )
+        .spawn_relay(queue.redis_client().unwrap(), &config.queue.queue_namespace, true, shutdown.clone())
         .unwrap();
     let channel = format!("{}:operation-changes", config.queue.queue_namespace);
     poll_until("the relay subscribed", Duration::from_secs(10), || {
