@@ -5,7 +5,6 @@
 //! itself is not staged here: that takes the host's traffic control.)
 
 use std::str::FromStr as _;
-use std::time::Duration;
 
 use context_ops::changes::Changes;
 use context_ops::config::Config;
@@ -15,7 +14,7 @@ use context_ops::tcp::{Options, for_each_tcp_socket};
 use redis::IntoConnectionInfo as _;
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::wait::poll_until;
+use crate::harness::wait::relay_subscribed;
 use crate::harness::{Backend, fresh_database, redis_url, unique};
 
 /// The options of our sockets bound to local port `local` and connected to `peer_port`.
@@ -86,16 +85,8 @@ async fn the_queue_and_change_relay_connections_to_redis_carry_the_dead_peer_opt
     let tasks = changes
         .spawn_relay(queue.redis_client().unwrap(), &config.queue.queue_namespace, true, shutdown.clone())
         .unwrap();
-    let channel = format!("{}:operation-changes", config.queue.queue_namespace);
-    poll_until("the relay subscribed", Duration::from_secs(10), || {
-        let (mut conn, channel) = (conn.clone(), channel.clone());
-        async move {
-            let (_, n): (String, u64) =
-                redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut conn).await.unwrap();
-            if n == 1 { Ok(()) } else { Err(format!("{n} subscribers")) }
-        }
-    })
-    .await;
+    let plain = redis::Client::open(redis_url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    relay_subscribed(&plain, &config.queue.queue_namespace).await;
     let mut subscribers = Vec::new();
     for port in redis_client_ports(&mut conn, &["LIST", "TYPE", "pubsub"]).await {
         subscribers.extend(options_of(port, redis_port()));

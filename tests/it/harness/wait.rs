@@ -88,6 +88,21 @@ where
     }
 }
 
+/// Wait until Redis counts one subscriber on namespace `namespace`'s change channel (a
+/// change relay subscribed), asking through `conn`.
+pub async fn relay_subscribed(conn: &redis::aio::MultiplexedConnection, namespace: &str) {
+    let channel = format!("{namespace}:operation-changes");
+    poll_until("the relay subscribed", Duration::from_secs(10), || {
+        let (mut conn, channel) = (conn.clone(), channel.clone());
+        async move {
+            let (_, n): (String, u64) =
+                redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut conn).await.unwrap();
+            if n == 1 { Ok(()) } else { Err(format!("{n} subscribers")) }
+        }
+    })
+    .await;
+}
+
 /// A condition that never holds ends the test at the deadline, naming what it waited for
 /// and what it saw last (every wait above relies on this instead of hanging).
 #[tokio::test]

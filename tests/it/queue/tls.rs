@@ -15,7 +15,7 @@ use context_ops::store::Db;
 use context_ops::tcp::for_each_tcp_socket;
 
 use crate::harness::child::{Proc, free_port, start_redis_with};
-use crate::harness::wait::poll_until;
+use crate::harness::wait::relay_subscribed;
 use crate::harness::{Backend, TestApp, fresh_database, unique};
 
 struct TlsRedis {
@@ -60,6 +60,16 @@ fn start_tls_redis(san: &str) -> TlsRedis {
     TlsRedis { _server: server, plain_port, tls_port, ca: dir.path().join("ca.pem"), _dir: dir }
 }
 
+/// A queue's configuration on `redis` (no CA file), and a fresh PostgreSQL database.
+async fn queue_config(redis: &TlsRedis) -> (Config, Db, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::connect(&fresh_database(Backend::Postgres, dir.path()).await, 2).await.unwrap();
+    let mut config = Config::defaults();
+    config.queue.queue_namespace = unique("tls");
+    config.queue.redis_url = Some(redis.url());
+    (config, db, dir)
+}
+
 /// How many TCP connections this process has to `port` on the loopback.
 fn connections_to(port: u16) -> usize {
     let mut n = 0;
@@ -85,16 +95,7 @@ async fn operations_run_through_a_tls_redis_whose_ca_is_configured() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let channel = format!("{}:operation-changes", app.running().state.config.queue.queue_namespace);
-    poll_until("the relay subscribed", Duration::from_secs(10), || {
-        let (mut plain, channel) = (plain.clone(), channel.clone());
-        async move {
-            let (_, n): (String, u64) =
-                redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut plain).await.unwrap();
-            if n == 1 { Ok(()) } else { Err(format!("{n} subscribers")) }
-        }
-    })
-    .await;
+    relay_subscribed(&plain, &app.running().state.config.queue.queue_namespace).await;
     assert!(connections_to(redis.tls_port) >= 2, "the queue's and the relay's connections");
     assert_eq!(connections_to(redis.plain_port), 1, "only the test's own connection on the plain port");
     let _: String = redis::cmd("PING").query_async(&mut plain).await.unwrap();
@@ -104,11 +105,7 @@ async fn operations_run_through_a_tls_redis_whose_ca_is_configured() {
 #[tokio::test]
 async fn a_certificate_no_trusted_root_issued_is_refused_at_start() {
     let redis = start_tls_redis("IP:127.0.0.1");
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::connect(&fresh_database(Backend::Postgres, dir.path()).await, 2).await.unwrap();
-    let mut config = Config::defaults();
-    config.queue.queue_namespace = unique("tls");
-    config.queue.redis_url = Some(redis.url());
+    let (mut config, db, _dir) = queue_config(&redis).await;
     let started = Instant::now();
     let error = format!("{:#}", Queue::connect(&config, &db).await.err().expect("refused"));
     assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
@@ -122,11 +119,7 @@ async fn a_certificate_no_trusted_root_issued_is_refused_at_start() {
 #[tokio::test]
 async fn a_certificate_for_another_host_is_refused_even_from_the_configured_ca() {
     let redis = start_tls_redis("DNS:redis.example.internal");
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::connect(&fresh_database(Backend::Postgres, dir.path()).await, 2).await.unwrap();
-    let mut config = Config::defaults();
-    config.queue.queue_namespace = unique("tls");
-    config.queue.redis_url = Some(redis.url());
+    let (mut config, db, _dir) = queue_config(&redis).await;
     config.queue.redis_ca_file = Some(redis.ca.clone());
     let error = format!("{:#}", Queue::connect(&config, &db).await.err().expect("refused"));
     assert!(error.starts_with(&format!("cannot connect to Redis at {}", redis.url())), "{error}");
