@@ -122,10 +122,13 @@ pub fn for_each_tcp_socket(mut f: impl FnMut(SockRef<'_>, SocketAddr, SocketAddr
         // and set options on whatever socket it is now (harmless for any of ours).
         let fd = unsafe { BorrowedFd::borrow_raw(fd) };
         let socket = SockRef::from(&fd);
+        if !socket.r#type().is_ok_and(|t| t == socket2::Type::STREAM) {
+            continue; // a datagram socket can be connected too
+        }
         let (Some(local), Some(peer)) =
             (socket.local_addr().ok().and_then(|a| a.as_socket()), socket.peer_addr().ok().and_then(|a| a.as_socket()))
         else {
-            continue; // not an IP socket, or not connected
+            continue; // a Unix socket, or not connected
         };
         f(socket, local, peer);
     }
