@@ -11,7 +11,8 @@
 //! (c) Submit → succeeded of one empty operation at a time, `BENCH_LATENCY_SAMPLES`
 //!     (default 500): p50/p99 beside the bare queue's push → handled round trip.
 //! (d) Fairness: tenant B's delete behind `BENCH_FAIRNESS_BACKLOG` (default 10,000) of
-//!     tenant A's — resume → B done, beside resume → A's backlog drained (FIFO's wait).
+//!     tenant A's — resume → B done, beside resume → A's backlog drained (FIFO's wait);
+//!     and how long A's backlog took to submit into the pause (machine CPU per submission).
 //! (e) SIGKILL recovery with the default settings (the real binary, `BENCH_RECOVERY_MESSAGES`
 //!     default 1,000,000: batches grow while quick, so a smaller delete can end before the
 //!     kill) beside the default lease.
@@ -93,6 +94,8 @@ async fn main() -> anyhow::Result<()> {
         let n: usize = env_or("BENCH_FAIRNESS_BACKLOG", "10000").parse()?;
         let f = fairness::behind_backlog(&redis, &server, n).await?;
         println!("(d) tenant B's delete behind {n} of tenant A's, PostgreSQL + Redis");
+        let cpu = f.submit_cpu_ms.map_or(String::new(), |ms| format!(", machine CPU {ms:.2} ms each"));
+        println!("    (A's backlog submitted into the pause in {:.2} s{cpu})", f.backlog_submitted.as_secs_f64());
         println!("    resume -> A drained    : {:>10.2} s   (FIFO: B would finish here)", f.a_drained.as_secs_f64());
         println!(
             "    resume -> B started    : {:>10.3} s   ratio {:.4} of the drain (goal: within 1 s)",

@@ -13,6 +13,7 @@ use jsonwebtoken::{EncodingKey, Header};
 use serde_json::{Value, json};
 
 use super::common::{config, fresh_schema, namespace, submit_delete, wait_terminal};
+use super::machine_cpu::{cpu_ms_per, machine_busy};
 
 const SECRET: &str = "bench-secret-0123456789abcdef0123";
 const QUEUES: &str = "/internal/v1/context/queues";
@@ -37,6 +38,10 @@ pub struct Fairness {
     pub b_done: Duration,
     /// Resume → the last of A's succeeded.
     pub a_drained: Duration,
+    /// How long A's backlog took to submit into the pause, and the machine's CPU per
+    /// submission meanwhile (see `machine_busy`).
+    pub backlog_submitted: Duration,
+    pub submit_cpu_ms: Option<f64>,
 }
 
 pub async fn behind_backlog(redis: &str, server: &str, n: usize) -> anyhow::Result<Fairness> {
@@ -49,6 +54,7 @@ pub async fn behind_backlog(redis: &str, server: &str, n: usize) -> anyhow::Resu
     let (a, b, admin) = (token("a", false)?, token("b", false)?, token("ops", true)?);
 
     control(&client, &base, &admin, "pause").await?;
+    let (submitting, busy) = (Instant::now(), machine_busy());
     let submits = (0..8).map(|c| {
         let (client, base, a) = (client.clone(), base.clone(), a.clone());
         tokio::spawn(async move {
@@ -58,6 +64,7 @@ pub async fn behind_backlog(redis: &str, server: &str, n: usize) -> anyhow::Resu
         })
     });
     futures::future::join_all(submits).await;
+    let (backlog_submitted, submit_cpu_ms) = (submitting.elapsed(), cpu_ms_per(busy, machine_busy(), n));
     let op: Value = submit_delete(&client, &base, Some(&b), "b-0").await?;
 
     let resumed = Instant::now();
@@ -80,5 +87,5 @@ pub async fn behind_backlog(redis: &str, server: &str, n: usize) -> anyhow::Resu
     }
     let a_drained = resumed.elapsed();
     running.stop().await?;
-    Ok(Fairness { b_started, b_done, a_drained })
+    Ok(Fairness { b_started, b_done, a_drained, backlog_submitted, submit_cpu_ms })
 }

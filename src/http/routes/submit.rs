@@ -82,10 +82,11 @@ pub async fn submit_prepared(
     }
     metrics::counter!(m::OPERATIONS_SUBMITTED, "kind" => kind.as_str()).increment(1);
     state.changes.committed(&submitted.operation.id, &submitted.operation.tenant);
-    let push = submitted.push_now(now);
+    let push = submitted.push_now();
     let op = submitted.operation;
     if !push {
-        // Scheduled for later: the dispatcher pushes it when it is due.
+        // Scheduled for later (the dispatcher pushes it when it is due), or held by a
+        // pause (the resume pushes it).
         return Ok(op);
     }
     if let Err(e) = state.queue.push(kind, &op.id).await {

@@ -35,13 +35,16 @@ pub async fn take_dispatchable(db: &Db, repush_after_ms: i64, limit: usize) -> S
     let stale = now - repush_after_ms;
     let lock = if db.engine() == crate::store::Engine::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
     // A running operation is an orphan when its lease expired or its owner went silent.
+    // Work marked `paused` is left alone while a pause holds it; marked so with none left
+    // (a submission that saw a pause its resume committed beside), it is pushed.
     let sql = format!(
         "UPDATE operations SET pushed_at_ms = $1 WHERE id IN (SELECT id FROM operations WHERE \
-         ((state = $4 AND not_before_ms <= $1 AND phase <> $7) \
+         ((state = $4 AND not_before_ms <= $1 AND NOT (phase = $7 AND {})) \
           OR (state = $5 AND (lease_expires_at_ms < $1 OR lease_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_heartbeats w \
               WHERE w.holder = operations.lease_owner AND w.seen_at_ms >= $6)))) \
          AND (pushed_at_ms IS NULL OR pushed_at_ms < $2) ORDER BY created_at_ms LIMIT $3{lock}) \
-         RETURNING id, kind, state, created_at_ms"
+         RETURNING id, kind, state, created_at_ms",
+        *super::transitions::PAUSE_HOLDS
     );
     let mut taken: Vec<(String, String, String, i64)> = query(AssertSqlSafe(sql))
         .bind(now)
@@ -78,7 +81,7 @@ pub async fn resumable_page(
          AND ($3 = '' OR tenant = $3) AND (created_at_ms > $4 OR created_at_ms = $4 AND id > $5) \
          AND NOT {} ORDER BY created_at_ms, id LIMIT $6",
         super::state_is("", State::Queued),
-        super::transitions::PAUSE_HOLDS
+        *super::transitions::PAUSE_HOLDS
     );
     let rows: Vec<(i64, String)> = query(AssertSqlSafe(sql))
         .bind(kind.as_str())

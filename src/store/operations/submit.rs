@@ -4,13 +4,14 @@
 
 use sqlx::AssertSqlSafe;
 
+use super::transitions::pause_holds;
 use super::{COLUMNS, OperationRow};
 use crate::store::engine::Query;
 use crate::store::messages::conversations;
 use crate::store::{Db, Engine, StoreError, StoreResult, now_ms, query};
 use context_jobs::contract::ContextOperationState;
 use context_jobs::ids::{ConversationId, OperationId, TenantKey};
-use context_jobs::operation::schedule::phase::SCHEDULED;
+use context_jobs::operation::schedule::phase::{PAUSED, SCHEDULED};
 use context_jobs::operation::{OperationRequest, Schedule, SubmitOptions, phase};
 
 /// What a submission stores besides the row, in the same transaction.
@@ -41,17 +42,20 @@ pub struct Submitted {
 }
 
 impl Submitted {
-    /// Whether the submitter should push it now: a new operation that is due. One that
-    /// starts later (`notBeforeMs`) is pushed by the dispatcher when it is due.
-    pub fn push_now(&self, now_ms: i64) -> bool {
-        self.created && self.operation.not_before_ms <= now_ms
+    /// Whether the submitter should push it now: a new operation inserted marked pushed
+    /// (due, and no pause holds it). One that starts later (`notBeforeMs`) is pushed by the
+    /// dispatcher when it is due; one a pause holds, by the resume.
+    pub fn push_now(&self) -> bool {
+        self.created && self.operation.pushed_at_ms.is_some()
     }
 }
 
 /// Insert a queued operation, or return the one an idempotency key already names (the
 /// same key with a different request or options is a conflict). A due row is inserted
 /// marked as pushed: the caller pushes it right after the commit, and clears the mark if
-/// that fails (saving a write per operation in the common case).
+/// that fails (saving a write per operation in the common case). A due row that a pause
+/// holds is inserted `paused` and not marked: nothing is pushed until the resume (a
+/// delivery during the pause would only be dropped, after reading the scheduler's view).
 pub async fn submit(db: &Db, tenant: &TenantKey, new: &NewOperation<'_>) -> StoreResult<Submitted> {
     let fingerprint = new.request.fingerprint_with(new.options);
     let request_json = serde_json::to_string(new.request).map_err(|e| StoreError::Other(e.into()))?;
@@ -121,10 +125,13 @@ fn insert_statement<'q>(
         ),
         None => (String::new(), ""),
     };
+    // Due work a pause holds is `paused` and not marked pushed ($10 is the push mark).
+    let held = pause_holds("$3", "$2");
     let sql = format!(
         "{mark}INSERT INTO operations (id, tenant, kind, state, phase, request, request_fingerprint, idempotency_key, \
          created_at_ms, updated_at_ms, pushed_at_ms, priority, deadline_ms, not_before_ms, rate_key) \
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11, $12, $13, $14{unless_held} RETURNING {COLUMNS}"
+         SELECT $1, $2, $3, $4, CASE WHEN $10 IS NOT NULL AND {held} THEN '{PAUSED}' ELSE $5 END, $6, $7, $8, $9, $9, \
+         CASE WHEN {held} THEN NULL ELSE $10 END, $11, $12, $13, $14{unless_held} RETURNING {COLUMNS}"
     );
     let insert = query(AssertSqlSafe(sql))
         .bind(id.as_str())

@@ -1,7 +1,8 @@
 //! Pause and resume: a paused kind still takes submissions, which stay queued (phase
-//! `paused`); a running operation finishes its batch and is released back to the queue
-//! (its attempt not counted); resuming starts everything again. A pause can hold one
-//! tenant only. Pauses are persisted, shown by `GET …/queues`, and need an admin.
+//! `paused`, not pushed until the resume); a running operation finishes its batch and is
+//! released back to the queue (its attempt not counted); resuming starts everything again.
+//! A pause can hold one tenant only. Pauses are persisted, shown by `GET …/queues`, and
+//! need an admin.
 
 use std::time::Duration;
 
@@ -144,8 +145,63 @@ async fn the_resume_starts_held_work_without_the_dispatcher(backend: Backend) {
     }
 }
 
+/// A submission a pause holds answers `paused` at once and is not pushed: a delivery
+/// would only be dropped by a worker, after reading the scheduler's view (the `operations`
+/// bench's fairness run submits 10,000 into a pause). The resume pushes it.
+async fn a_submission_into_a_pause_is_marked_paused_and_not_pushed(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let free = delete_as(&app, None, "before-the-pause", json!({})).await;
+    assert_eq!(app.wait_terminal(&free).await.state, ContextOperationState::Succeeded);
+    let (status, _) = app.post(&format!("{QUEUES}/delete/pause"), &json!({})).await;
+    assert_eq!(status, 200);
+    let mut held = Vec::new();
+    for i in 0..3 {
+        let id = delete_as(&app, None, &format!("into-the-pause-{i}"), json!({})).await;
+        let op = app.operation(&id).await;
+        assert_eq!((op.state, op.phase.as_str()), (ContextOperationState::Queued, "paused"), "{op:?}");
+        let row = crate::harness::db::operation_row(app.db(), &id).await;
+        assert_eq!(row.pushed_at_ms, None, "a held submission is not marked pushed: {row:?}");
+        held.push(id);
+    }
+    let queue = app.running().state.queue.clone();
+    let depth = queue.depth(ContextOperationKind::Delete).await.unwrap();
+    assert_eq!(depth.pending + depth.inflight, 0, "nothing pushed during the pause: {depth:?}");
+    // Scheduled for later, it says so (and the dispatcher pushes it when due, as ever).
+    let later = context_ops::store::now_ms() + 3_600_000;
+    let scheduled = delete_as(&app, None, "later", json!({"notBeforeMs": later})).await;
+    assert_eq!(app.operation(&scheduled).await.phase, "scheduled");
+
+    let (status, _) = app.post(&format!("{QUEUES}/delete/resume"), &json!({})).await;
+    assert_eq!(status, 200);
+    for id in &held {
+        assert_eq!(app.wait_terminal(id).await.state, ContextOperationState::Succeeded);
+    }
+}
+
+/// Work marked `paused` that no pause holds any more — a submission that read the pause
+/// while its resume committed beside it, so the resume's reset missed the new row — is
+/// pushed by the dispatcher (its next round), not left queued for good.
+async fn paused_work_no_pause_holds_is_pushed_by_the_dispatcher(backend: Backend) {
+    let app = TestApp::start(backend).await;
+    let (status, _) = app.post(&format!("{QUEUES}/delete/pause"), &json!({})).await;
+    assert_eq!(status, 200);
+    let held = delete_as(&app, None, "left-marked", json!({})).await;
+    assert_eq!(app.operation(&held).await.phase, "paused");
+    // The pause ends without the resume's reset and push (the race above, staged).
+    crate::harness::db::with_pool!(app.db(), pool => {
+        sqlx::query("DELETE FROM queue_controls").execute(pool).await.unwrap().rows_affected()
+    });
+    let done = app
+        .try_wait_until(&held, Duration::from_secs(10), |op| op.state == ContextOperationState::Succeeded)
+        .await
+        .unwrap_or_else(|last| panic!("still held with no pause: {last:?}"));
+    assert_eq!(done.state, ContextOperationState::Succeeded);
+}
+
 backend_tests!(
     backend: pausing_releases_running_work_and_holds_new_work,
+    a_submission_into_a_pause_is_marked_paused_and_not_pushed,
+    paused_work_no_pause_holds_is_pushed_by_the_dispatcher,
     a_pause_can_hold_one_tenant_and_needs_an_admin,
     everything_submitted_during_a_pause_starts_at_the_resume,
     the_resume_starts_held_work_without_the_dispatcher

@@ -193,8 +193,9 @@ pub async fn set_paused(
         format!(
             "UPDATE operations SET phase = {}, updated_at_ms = {now_p}, version = version + 1 \
              WHERE kind = {kind_p} AND {queued} AND phase = {paused_p}{tenant_filter} \
-             AND NOT {PAUSE_HOLDS}",
-            p.p(phase::QUEUED)
+             AND NOT {}",
+            p.p(phase::QUEUED),
+            *PAUSE_HOLDS
         )
     };
     let marked = p.into_query(sql).execute(&mut tx).await?;

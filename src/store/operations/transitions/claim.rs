@@ -136,8 +136,8 @@ fn claim_statement<'q>(
     let guard = match takes {
         Takes::Queued if by_id => due_by_id(&mut p),
         Takes::Queued => "1 = 1".into(),
-        Takes::Unpaused if by_id => format!("{} AND NOT {PAUSE_HOLDS}", due_by_id(&mut p)),
-        Takes::Unpaused => format!("NOT {PAUSE_HOLDS}"),
+        Takes::Unpaused if by_id => format!("{} AND NOT {}", due_by_id(&mut p), *PAUSE_HOLDS),
+        Takes::Unpaused => format!("NOT {}", *PAUSE_HOLDS),
         Takes::Orphan => format!(
             "state = {running} AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms < {now_p} \
              OR lease_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_heartbeats w WHERE w.holder = operations.lease_owner \
@@ -365,7 +365,7 @@ async fn hold_one(db: &Db, id: &str, hold: Hold) -> StoreResult<Option<TenantKey
     let (id_p, phase_p, now_p) = (p.p(id), p.p(hold.phase()), p.p(now_ms()));
     // A pause is re-checked by the statement itself: a resume committed since the scheduler
     // looked must not leave the head marked `paused` (the dispatcher skips such rows).
-    let still = if hold == Hold::Paused { format!(" AND {PAUSE_HOLDS}") } else { String::new() };
+    let still = if hold == Hold::Paused { format!(" AND {}", *PAUSE_HOLDS) } else { String::new() };
     let sql = format!(
         "UPDATE operations SET phase = {phase_p}, updated_at_ms = {now_p}, version = version + 1 \
          WHERE id = {id_p} AND {} AND phase <> {phase_p}{still} RETURNING tenant",

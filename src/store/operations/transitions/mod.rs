@@ -23,6 +23,8 @@ pub use api::{BulkAction, BulkFilter, BulkOutcome, bulk, cancel, expire_overdue,
 pub use claim::{ClaimLimits, Next, OWNER_SILENCE_MS, claim_next, recover, scheduler_reads};
 pub use view::ViewCache;
 
+use std::sync::LazyLock;
+
 use super::OperationRow;
 use crate::store::engine::{Params, Query};
 use crate::store::{Engine, Exec, StoreError, messages, now_ms};
@@ -227,9 +229,18 @@ fn fenced_statement<'q>(engine: Engine, lease: &'q Lease, t: &Transition<'q>, no
 }
 
 /// A pause (of the kind, or of the operation's tenant) holds this `operations` row: the
-/// one spelling of that rule for resume and for marking work `paused`.
-pub(in crate::store::operations) const PAUSE_HOLDS: &str = "EXISTS (SELECT 1 FROM queue_controls c WHERE c.kind = operations.kind \
-     AND c.paused = 1 AND (c.tenant = '' OR c.tenant = operations.tenant))";
+/// one spelling of that rule for resume, claims, the dispatcher and marking work `paused`.
+pub(in crate::store::operations) static PAUSE_HOLDS: LazyLock<String> =
+    LazyLock::new(|| pause_holds("operations.kind", "operations.tenant"));
+
+/// A pause holds work of kind `kind` and tenant `tenant` (SQL expressions: columns of the
+/// row at hand, or a new row's bound values).
+pub(in crate::store::operations) fn pause_holds(kind: &str, tenant: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM queue_controls c WHERE c.kind = {kind} \
+         AND c.paused = 1 AND (c.tenant = '' OR c.tenant = {tenant}))"
+    )
+}
 
 fn returns_signals(t: &Transition<'_>) -> bool {
     matches!(t, Transition::Heartbeat { .. } | Transition::Checkpoint { .. })
