@@ -35,11 +35,12 @@ pub async fn take_dispatchable(db: &Db, repush_after_ms: i64, limit: usize) -> S
     let stale = now - repush_after_ms;
     let lock = if db.engine() == crate::store::Engine::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
     // A running operation is an orphan when its lease expired or its owner went silent.
-    // Work marked `paused` is left alone while a pause holds it; marked so with none left
-    // (a submission that saw a pause its resume committed beside), it is pushed.
+    // Queued work a pause holds is left to the resume, whatever its phase says; work still
+    // marked `paused` with no pause left (a submission that saw a pause its resume committed
+    // beside) is pushed.
     let sql = format!(
         "UPDATE operations SET pushed_at_ms = $1 WHERE id IN (SELECT id FROM operations WHERE \
-         ((state = $4 AND not_before_ms <= $1 AND NOT (phase = $7 AND {})) \
+         ((state = $4 AND not_before_ms <= $1 AND NOT {}) \
           OR (state = $5 AND (lease_expires_at_ms < $1 OR lease_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_heartbeats w \
               WHERE w.holder = operations.lease_owner AND w.seen_at_ms >= $6)))) \
          AND (pushed_at_ms IS NULL OR pushed_at_ms < $2) ORDER BY created_at_ms LIMIT $3{lock}) \
@@ -53,7 +54,6 @@ pub async fn take_dispatchable(db: &Db, repush_after_ms: i64, limit: usize) -> S
         .bind(State::Queued.as_str())
         .bind(State::Running.as_str())
         .bind(now - super::transitions::OWNER_SILENCE_MS)
-        .bind(context_jobs::operation::schedule::phase::PAUSED)
         .fetch_all(db)
         .await?;
     // RETURNING keeps no order.

@@ -53,9 +53,9 @@ impl Submitted {
 /// Insert a queued operation, or return the one an idempotency key already names (the
 /// same key with a different request or options is a conflict). A due row is inserted
 /// marked as pushed: the caller pushes it right after the commit, and clears the mark if
-/// that fails (saving a write per operation in the common case). A due row that a pause
-/// holds is inserted `paused` and not marked: nothing is pushed until the resume (a
-/// delivery during the pause would only be dropped, after reading the scheduler's view).
+/// that fails (saving a write per operation in the common case). A row a pause holds is
+/// inserted `paused` and not marked: nothing is pushed until the resume (a delivery during
+/// the pause would only be dropped, after reading the scheduler's view).
 pub async fn submit(db: &Db, tenant: &TenantKey, new: &NewOperation<'_>) -> StoreResult<Submitted> {
     let fingerprint = new.request.fingerprint_with(new.options);
     let request_json = serde_json::to_string(new.request).map_err(|e| StoreError::Other(e.into()))?;
@@ -125,12 +125,13 @@ fn insert_statement<'q>(
         ),
         None => (String::new(), ""),
     };
-    // Due work a pause holds is `paused` and not marked pushed ($10 is the push mark).
+    // Work a pause holds is `paused` (as the pause marked what was queued before it) and not
+    // marked pushed ($10, the push mark of due work).
     let held = pause_holds("$3", "$2");
     let sql = format!(
         "{mark}INSERT INTO operations (id, tenant, kind, state, phase, request, request_fingerprint, idempotency_key, \
          created_at_ms, updated_at_ms, pushed_at_ms, priority, deadline_ms, not_before_ms, rate_key) \
-         SELECT $1, $2, $3, $4, CASE WHEN $10 IS NOT NULL AND {held} THEN '{PAUSED}' ELSE $5 END, $6, $7, $8, $9, $9, \
+         SELECT $1, $2, $3, $4, CASE WHEN {held} THEN '{PAUSED}' ELSE $5 END, $6, $7, $8, $9, $9, \
          CASE WHEN {held} THEN NULL ELSE $10 END, $11, $12, $13, $14{unless_held} RETURNING {COLUMNS}"
     );
     let insert = query(AssertSqlSafe(sql))

@@ -69,7 +69,7 @@ async fn a_pause_can_hold_one_tenant_and_needs_an_admin(backend: Backend) {
     let held = delete_as(&app, Some(&a), "x", json!({})).await;
     let free = delete_as(&app, Some(&b), "y", json!({})).await;
     assert_eq!(app.as_caller(&b).wait_terminal(&free).await.state, ContextOperationState::Succeeded);
-    // The scheduler marks why it waits when it next looks at the kind.
+    // Marked `paused` from its submission on.
     let client = app.as_caller(&a);
     let marked = client.wait_until(&held, Duration::from_secs(10), "marked paused", |op| op.phase == "paused").await;
     assert_eq!(marked.state, ContextOperationState::Queued, "{marked:?}");
@@ -99,7 +99,7 @@ async fn everything_submitted_during_a_pause_starts_at_the_resume(backend: Backe
     for i in 0..6 {
         held.push(delete_as(&app, None, &format!("during-pause-{i}"), json!({})).await);
     }
-    // Let the workers look at (and drop) every delivery while the kind is paused.
+    // Each says why it waits from its submission on; none was pushed.
     app.wait_until(&held[0], Duration::from_secs(10), "marked paused", |op| op.phase == "paused").await;
     let (status, _) = app.post(&format!("{QUEUES}/delete/resume"), &json!({})).await;
     assert_eq!(status, 200);
@@ -125,7 +125,8 @@ async fn the_resume_starts_held_work_without_the_dispatcher(backend: Backend) {
     for i in 0..5 {
         held.push(delete_as(&app, None, &format!("held-{i}"), json!({})).await);
     }
-    // Every delivery of the pause is taken and dropped: only a push can start them now.
+    // Nothing was pushed during the pause (nor is left in the queue): only a push can start
+    // them now.
     let queue = app.running().state.queue.clone();
     poll_until("the paused deliveries dropped", Duration::from_secs(10), || {
         let queue = queue.clone();
@@ -163,16 +164,22 @@ async fn a_submission_into_a_pause_is_marked_paused_and_not_pushed(backend: Back
         assert_eq!(row.pushed_at_ms, None, "a held submission is not marked pushed: {row:?}");
         held.push(id);
     }
-    let queue = app.running().state.queue.clone();
-    let depth = queue.depth(ContextOperationKind::Delete).await.unwrap();
-    assert_eq!(depth.pending + depth.inflight, 0, "nothing pushed during the pause: {depth:?}");
-    // Scheduled for later, it says so (and the dispatcher pushes it when due, as ever).
+    // Scheduled for later, it is held too (as the pause marks work scheduled before it).
     let later = context_ops::store::now_ms() + 3_600_000;
     let scheduled = delete_as(&app, None, "later", json!({"notBeforeMs": later})).await;
-    assert_eq!(app.operation(&scheduled).await.phase, "scheduled");
+    assert_eq!(app.operation(&scheduled).await.phase, "paused");
+    assert_eq!(crate::harness::db::operation_row(app.db(), &scheduled).await.pushed_at_ms, None);
 
     let (status, _) = app.post(&format!("{QUEUES}/delete/resume"), &json!({})).await;
     assert_eq!(status, 200);
+    for id in &held {
+        // The resume pushes it and marks it pushed (or it is claimed already), so that the
+        // dispatcher does not push it a second time.
+        let row = crate::harness::db::operation_row(app.db(), id).await;
+        assert!(row.state != "queued" || row.pushed_at_ms.is_some(), "{row:?}");
+    }
+    let row = crate::harness::db::operation_row(app.db(), &scheduled).await;
+    assert_eq!((row.phase.as_str(), row.pushed_at_ms), ("queued", None), "not due: left to the dispatcher: {row:?}");
     for id in &held {
         assert_eq!(app.wait_terminal(id).await.state, ContextOperationState::Succeeded);
     }

@@ -188,10 +188,12 @@ pub async fn set_paused(
              WHERE kind = {kind_p} AND {queued} AND phase <> {paused_p}{tenant_filter}"
         )
     } else {
-        // Only work no pause holds any more. The resume pushes it (`spawn_resume_pushes`):
-        // the deliveries made during the pause were dropped.
+        // Only work no pause holds any more. The resume pushes what is due
+        // (`spawn_resume_pushes`), so that is marked pushed: the dispatcher would push it
+        // again. (Work held during the pause was not pushed, or its deliveries were dropped.)
         format!(
-            "UPDATE operations SET phase = {}, updated_at_ms = {now_p}, version = version + 1 \
+            "UPDATE operations SET phase = {}, updated_at_ms = {now_p}, version = version + 1, \
+             pushed_at_ms = CASE WHEN not_before_ms <= {now_p} THEN {now_p} ELSE pushed_at_ms END \
              WHERE kind = {kind_p} AND {queued} AND phase = {paused_p}{tenant_filter} \
              AND NOT {}",
             p.p(phase::QUEUED),

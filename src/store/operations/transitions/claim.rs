@@ -364,7 +364,8 @@ async fn hold_one(db: &Db, id: &str, hold: Hold) -> StoreResult<Option<TenantKey
     let mut p = Params::default();
     let (id_p, phase_p, now_p) = (p.p(id), p.p(hold.phase()), p.p(now_ms()));
     // A pause is re-checked by the statement itself: a resume committed since the scheduler
-    // looked must not leave the head marked `paused` (the dispatcher skips such rows).
+    // looked must not leave the head marked `paused` (the dispatcher would push it again only
+    // after its repush age).
     let still = if hold == Hold::Paused { format!(" AND {}", *PAUSE_HOLDS) } else { String::new() };
     let sql = format!(
         "UPDATE operations SET phase = {phase_p}, updated_at_ms = {now_p}, version = version + 1 \
