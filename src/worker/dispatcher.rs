@@ -125,8 +125,8 @@ pub async fn dispatch_once(db: &Db, queue: &Queue, changes: &Changes, repush_aft
 /// After a resume of `kind` (for `tenant`, or everyone): push a message for every queued
 /// operation the pause held, in pages, on a task of its own — work submitted during the
 /// pause was not pushed (and deliveries that raced the pause were dropped): only pushes
-/// start work. A failed push leaves the rest to the dispatcher's re-push of operations
-/// pushed long ago (the resume marked them pushed).
+/// start work. What is still queued after them (see `transitions::set_paused`), or after a
+/// failed push, the dispatcher pushes.
 pub fn spawn_resume_pushes(db: Db, queue: Queue, kind: ContextOperationKind, tenant: Option<TenantKey>) {
     tokio::spawn(async move {
         let mut after = (-1, String::new());
