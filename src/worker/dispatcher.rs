@@ -126,7 +126,7 @@ pub async fn dispatch_once(db: &Db, queue: &Queue, changes: &Changes, repush_aft
 /// operation the pause held, in pages, on a task of its own — work submitted during the
 /// pause was not pushed (and deliveries that raced the pause were dropped): only pushes
 /// start work. What is still queued after them (see `transitions::set_paused`), or after a
-/// failed push, the dispatcher pushes.
+/// failed push, the dispatcher pushes at its next round (the resume cleared the marks).
 pub fn spawn_resume_pushes(db: Db, queue: Queue, kind: ContextOperationKind, tenant: Option<TenantKey>) {
     tokio::spawn(async move {
         let mut after = (-1, String::new());

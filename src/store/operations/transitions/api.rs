@@ -190,14 +190,14 @@ pub async fn set_paused(
     } else {
         // Only work no pause holds any more. The resume pushes what is due
         // (`spawn_resume_pushes`; work held during the pause was not pushed, or its
-        // deliveries were dropped). Its push mark is left as it is: a delivery claims the
-        // next operation by fair share, not the one it names, so one claimed out of turn
-        // (another tenant's) before its page is read uses up another's push, and what that
-        // leaves queued is pushed by the dispatcher's next round — marked pushed now, it
-        // waited out the repush age (the `operations` bench's fairness run: the last of
-        // 10,000 drained at 60 s instead of ~6 s).
+        // deliveries were dropped), and its push mark is cleared: a delivery claims the next
+        // operation by fair share, not the one it names, so one claimed out of turn (another
+        // tenant's) before its page is read uses up another's push, and what that leaves
+        // queued is the dispatcher's to push at its next round. Marked pushed, it waited out
+        // the repush age (the `operations` bench's fairness run: the last of 10,000 drained
+        // at 60 s instead of ~7 s).
         format!(
-            "UPDATE operations SET phase = {}, updated_at_ms = {now_p}, version = version + 1 \
+            "UPDATE operations SET phase = {}, updated_at_ms = {now_p}, version = version + 1, pushed_at_ms = NULL \
              WHERE kind = {kind_p} AND {queued} AND phase = {paused_p}{tenant_filter} \
              AND NOT {}",
             p.p(phase::QUEUED),
