@@ -208,8 +208,9 @@ async fn set_paused(
         state.changes.committed_many(tenant.as_ref());
     }
     if !paused {
-        // The deliveries made during the pause were dropped: push the held work again now
-        // (on a task of its own; the first page starts every tenant's head by fair share).
+        // Work submitted during the pause was not pushed, and deliveries that raced it were
+        // dropped: push the held work now (on a task of its own; the first page starts
+        // every tenant's head by fair share).
         crate::worker::dispatcher::spawn_resume_pushes(state.db.clone(), state.queue.clone(), kind, tenant.clone());
     }
     tracing::info!(kind = kind.as_str(), tenant = ?body.tenant, paused, marked, "queue control changed");
