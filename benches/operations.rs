@@ -4,8 +4,10 @@
 //!
 //! (a) `BENCH_OPERATIONS` (default 5,000) deletes of empty conversations submitted over
 //!     HTTP by 8 clients, until all succeeded — beside the bare apalis-redis loop (our queue
-//!     module, no database) on the same Redis; and the machine's CPU time per item on
-//!     each side (steal excluded: steadier than rates on a shared host).
+//!     module, no database) on the same Redis; beside PostgreSQL's floor (each operation's
+//!     insert, claim and finish as three plain statements, 8 connections, no service); and
+//!     the machine's CPU time per item on each side (steal excluded: steadier than rates
+//!     on a shared host).
 //! (b) A delete of `BENCH_DELETE_MESSAGES` (default 1,000,000) messages beside one
 //!     `DELETE … WHERE conversation_id = …` on an identical copy.
 //! (c) Submit → succeeded of one empty operation at a time, `BENCH_LATENCY_SAMPLES`
@@ -49,17 +51,24 @@ async fn main() -> anyhow::Result<()> {
     if run('a') {
         let n: usize = env_or("BENCH_OPERATIONS", "5000").parse()?;
         let bare = throughput::bare_queue(&redis, &server, n).await?;
+        let floor = throughput::postgres_floor(&server, n).await?;
         let ours = throughput::engine(&redis, &server, n).await?;
         println!("(a) {n} operations, PostgreSQL + Redis, 8 clients");
         println!("    bare apalis-redis loop : {:>10.0} jobs/s", bare.per_sec);
         println!(
-            "    context-ops operations : {:>10.0} ops/s   ratio {:.2} (goal >= 0.5)",
-            ours.per_sec,
-            ours.per_sec / bare.per_sec
+            "    PostgreSQL floor       : {:>10.0} ops/s   ÷ bare {:.2} (insert, claim, finish alone)",
+            floor.per_sec,
+            floor.per_sec / bare.per_sec
         );
-        if let (Some(bare), Some(ours)) = (bare.cpu_ms, ours.cpu_ms) {
+        println!(
+            "    context-ops operations : {:>10.0} ops/s   ratio {:.2} (goal >= 0.5), ÷ floor {:.2}",
+            ours.per_sec,
+            ours.per_sec / bare.per_sec,
+            ours.per_sec / floor.per_sec
+        );
+        if let (Some(bare), Some(floor), Some(ours)) = (bare.cpu_ms, floor.cpu_ms, ours.cpu_ms) {
             println!(
-                "    machine CPU per item   : bare {bare:.2} ms, ours {ours:.2} ms   ratio {:.2} (steal excluded)",
+                "    machine CPU per item   : bare {bare:.2} ms, floor {floor:.2} ms, ours {ours:.2} ms   ratio {:.2} (steal excluded)",
                 bare / ours
             );
         }

@@ -1,5 +1,6 @@
 //! (a) Throughput of empty operations over HTTP (8 clients) beside the bare apalis-redis
-//! loop (our queue module, no database) on the same Redis.
+//! loop (our queue module, no database) on the same Redis, and beside PostgreSQL's own
+//! floor: the three row writes every operation's life makes durable, alone.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -61,6 +62,75 @@ pub async fn bare_queue(redis: &str, server: &str, n: usize) -> anyhow::Result<R
     let (elapsed, cpu_ms) = (started.elapsed().as_secs_f64(), cpu_ms_per(busy, machine_busy(), n));
     shutdown.cancel();
     let _ = workers.await;
+    Ok(Rate { per_sec: n as f64 / elapsed, cpu_ms })
+}
+
+/// PostgreSQL's floor: from 8 connections, each operation as three committed statements on
+/// the service's own `operations` table (its indexes and triggers): insert it queued, claim
+/// it (a compare-and-set on its version) and finish it (one on its lease). Plain SQL, no
+/// HTTP, no queue, no job: what the durable protocol costs on this server before anything
+/// else, so a figure below it says how much of ours is the database's share.
+pub async fn postgres_floor(server: &str, n: usize) -> anyhow::Result<Rate> {
+    let url = fresh_schema(server).await?;
+    let db = Db::connect(&url, 8).await?;
+    db.migrate().await?;
+    let Db::Postgres(pool) = db else { anyhow::bail!("expected PostgreSQL") };
+    let lifecycle = |prefix: &'static str, count: usize| {
+        let clients = (0..8).map(|c| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                for i in (c..count).step_by(8) {
+                    let id = format!("{prefix}-{i:08}");
+                    let tenant = format!("tenant-{c}");
+                    let now = context_ops::store::now_ms();
+                    sqlx::query(
+                        "INSERT INTO operations (id, tenant, kind, state, phase, request, request_fingerprint, \
+                         created_at_ms, updated_at_ms, pushed_at_ms) \
+                         VALUES ($1, $2, 'delete', 'queued', 'queued', '{}', 'fp', $3, $3, $3)",
+                    )
+                    .bind(&id)
+                    .bind(&tenant)
+                    .bind(now)
+                    .execute(&pool)
+                    .await?;
+                    let claimed = sqlx::query(
+                        "UPDATE operations SET state = 'running', phase = 'deleting', lease_token = 'lease', \
+                         lease_owner = 'floor', lease_expires_at_ms = $2, attempt = attempt + 1, \
+                         attempt_started_at_ms = $2, started_at_ms = $2, updated_at_ms = $2, \
+                         version = version + 1 WHERE id = $1 AND version = 1",
+                    )
+                    .bind(&id)
+                    .bind(now)
+                    .execute(&pool)
+                    .await?;
+                    let finished = sqlx::query(
+                        "UPDATE operations SET state = 'succeeded', phase = 'done', result = '{}', \
+                         lease_token = NULL, lease_expires_at_ms = NULL, finished_at_ms = $2, \
+                         updated_at_ms = $2, version = version + 1 \
+                         WHERE id = $1 AND lease_token = 'lease' AND version = 2",
+                    )
+                    .bind(&id)
+                    .bind(now)
+                    .execute(&pool)
+                    .await?;
+                    anyhow::ensure!(claimed.rows_affected() == 1 && finished.rows_affected() == 1, "{id} lost a write");
+                }
+                anyhow::Ok(())
+            })
+        });
+        futures::future::join_all(clients)
+    };
+    // Warmed and analyzed as the engine's side is.
+    for joined in lifecycle("warm", (n / 5).max(100)).await {
+        joined??;
+    }
+    sqlx::query("ANALYZE operations").execute(&pool).await?;
+    let (started, busy) = (Instant::now(), machine_busy());
+    for joined in lifecycle("floor", n).await {
+        joined??;
+    }
+    let (elapsed, cpu_ms) = (started.elapsed().as_secs_f64(), cpu_ms_per(busy, machine_busy(), n));
+    pool.close().await;
     Ok(Rate { per_sec: n as f64 / elapsed, cpu_ms })
 }
 
