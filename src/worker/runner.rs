@@ -17,7 +17,7 @@ use crate::changes::Changes;
 use crate::config::{Config, Scheduling};
 use crate::metrics as m;
 use crate::queue::{OperationHandler, OperationMessage};
-use crate::store::operations::transitions::{ClaimLimits, Next, ViewCache};
+use crate::store::operations::transitions::{ClaimLimits, Next, Signals, ViewCache};
 use crate::store::operations::{Claimed, FenceError, Lease, dispatch, transitions};
 use crate::store::{Db, now_ms};
 use context_jobs::contract::{ContextOperationKind, ContextOperationState};
@@ -64,14 +64,15 @@ impl Runner {
         RetryPolicy { max_attempts: self.config.worker.max_attempts, ..RetryPolicy::default() }
     }
 
-    /// Write `t` for the lease holder and announce it; `false` when the lease was lost.
-    async fn write(&self, lease: &Lease, t: &Transition<'_>) -> anyhow::Result<bool> {
+    /// Write `t` for the lease holder and announce it; `None` when the lease was lost (see
+    /// `transitions::apply` for what the signals say).
+    async fn write(&self, lease: &Lease, t: &Transition<'_>) -> anyhow::Result<Option<Signals>> {
         match transitions::apply(&self.db, lease, t).await {
-            Ok(_) => {
+            Ok(signals) => {
                 self.changes.committed(&lease.operation_id, &lease.tenant);
-                Ok(true)
+                Ok(Some(signals))
             }
-            Err(FenceError::LostLease) => Ok(false),
+            Err(FenceError::LostLease) => Ok(None),
             Err(FenceError::Store(e)) => Err(e.into()),
         }
     }
@@ -92,8 +93,13 @@ impl Runner {
     async fn deliver(&self, kind: ContextOperationKind, hint: &OperationId, recover: bool) -> anyhow::Result<()> {
         if self.shutdown.is_cancelled() {
             // Shutting down: start nothing. The row is unmarked so that a dispatcher round
-            // (another process's, or the next start's) pushes it again at once.
-            dispatch::clear_pushed(&self.db, hint).await?;
+            // (another process's, or the next start's) pushes it again at once — an orphan
+            // to recover too (it is `running`), or its recovery waited out the repush age.
+            if recover {
+                dispatch::unmark_running(&self.db, hint).await?;
+            } else {
+                dispatch::clear_pushed(&self.db, hint).await?;
+            }
             return Ok(());
         }
         let lease_ms = self.config.lease().as_millis() as i64;
@@ -159,7 +165,7 @@ impl Runner {
         if over_budget(attempt, &policy) {
             let message = crash_loop_message(op.error.as_deref()).to_string();
             let t = Transition::Fail { code: ErrorCode::RetriesExhausted, message: &message };
-            if self.write(&lease, &t).await?
+            if self.write(&lease, &t).await?.is_some()
                 && let Some(outcome) = t.outcome()
             {
                 finished(kind, &op.id, outcome, Duration::ZERO, op.processed);
@@ -217,8 +223,13 @@ impl Runner {
             }
             (_, None) => tracing::warn!(operation = %op.id, "lost the lease; another worker owns the operation"),
             (_, Some(t)) => {
-                if !self.write(&lease, &t).await? {
+                let Some(signals) = self.write(&lease, &t).await? else {
                     tracing::warn!(operation = %op.id, "lost the lease before finishing");
+                    return Ok(());
+                };
+                if t.to() == ContextOperationState::Queued && signals.cancel_requested {
+                    tracing::info!(operation = %op.id, "cancelled: its cancel was requested before it went back to the queue");
+                    finished(kind, &op.id, ContextOperationState::Cancelled.as_str(), elapsed, processed);
                     return Ok(());
                 }
                 match &t {

@@ -337,6 +337,7 @@ const POSTGRES_MIGRATIONS: MigrationSet = &[
     (13, "operation_partial_indexes", include_str!("../../../migrations/postgres/0013_operation_partial_indexes.sql")),
     (14, "operation_queue_indexes", include_str!("../../../migrations/postgres/0014_operation_queue_indexes.sql")),
     (15, "bytewise_keys", include_str!("../../../migrations/postgres/0015_bytewise_keys.sql")),
+    (16, "stranded_cancels", include_str!("../../../migrations/postgres/0016_stranded_cancels.sql")),
 ];
 
 const SQLITE_MIGRATIONS: MigrationSet = &[
@@ -354,6 +355,7 @@ const SQLITE_MIGRATIONS: MigrationSet = &[
     (13, "operation_partial_indexes", include_str!("../../../migrations/sqlite/0013_operation_partial_indexes.sql")),
     (14, "operation_queue_indexes", include_str!("../../../migrations/sqlite/0014_operation_queue_indexes.sql")),
     (15, "bytewise_keys", include_str!("../../../migrations/sqlite/0015_bytewise_keys.sql")),
+    (16, "stranded_cancels", include_str!("../../../migrations/sqlite/0016_stranded_cancels.sql")),
 ];
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use crate::harness::jwt::{claims, jwt_mode, mint, tenant_token};
 use crate::harness::{Backend, TestApp, assert_api_error};
 use context_jobs::contract::{CONTEXT_OPERATIONS_PATH as OPS, RETENTION_PATH};
 use context_ops::config::Role;
-use context_ops::store::now_ms;
+use context_ops::store::{now_ms, query};
 
 const BULK: &str = "/internal/v1/context/operations/bulk";
 
@@ -71,6 +71,22 @@ async fn cancel_retry_and_forget_by_filter(backend: Backend) {
     assert_eq!(states(&app, &a, "").await, ["queued"; 3], "the three early deletes are left");
     let (status, gone) = app.get_as(Some(&b), &format!("{OPS}/{theirs}")).await;
     assert_eq!((status, &gone["state"]), (200, &json!("queued")), "{gone}");
+
+    // A running operation is flagged once: a repeat (or a dry run after it) changes nothing.
+    let running = delete_as(&app, Some(&a), "running", json!({})).await;
+    query("UPDATE operations SET state = 'running', lease_token = 't' WHERE id = $1")
+        .bind(running.as_str())
+        .execute(app.db())
+        .await
+        .unwrap();
+    let cancel = json!({"action": "cancel", "filter": {"state": "running"}});
+    assert_eq!(bulk(&app, &a, cancel.clone()).await, (1, 1));
+    let mut dry = cancel.clone();
+    dry["dryRun"] = json!(true);
+    assert_eq!(bulk(&app, &a, dry).await, (1, 0), "a dry run counts what a call would change");
+    assert_eq!(bulk(&app, &a, cancel).await, (1, 0), "a repeat changes nothing more");
+    let (_, flagged) = app.get_as(Some(&a), &format!("{OPS}/{running}")).await;
+    assert_eq!((&flagged["state"], &flagged["cancelRequested"]), (&json!("running"), &json!(true)), "{flagged}");
 }
 
 async fn refused_without_a_filter_and_across_tenants(backend: Backend) {

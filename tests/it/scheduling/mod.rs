@@ -5,6 +5,7 @@
 
 mod admin;
 mod bulk;
+mod cancel_requeue;
 mod combined;
 mod deadlines;
 mod limits;

@@ -19,10 +19,21 @@ pub async fn cancel(db: &Db, tenant: &TenantKey, id: &OperationId) -> StoreResul
     let mut tx = db.begin_write().await?;
     let cancelled = cancel_in(&mut tx, tenant, id).await?;
     tx.commit().await?;
-    Ok(cancelled)
+    Ok(cancelled == CancelOutcome::Cancelled)
 }
 
-async fn cancel_in(tx: &mut Tx, tenant: &TenantKey, id: &OperationId) -> StoreResult<bool> {
+/// What one cancel changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CancelOutcome {
+    /// A queued operation is `cancelled`.
+    Cancelled,
+    /// A running one is flagged now.
+    Flagged,
+    /// Nothing: terminal, already flagged, or not there.
+    Unchanged,
+}
+
+async fn cancel_in(tx: &mut Tx, tenant: &TenantKey, id: &OperationId) -> StoreResult<CancelOutcome> {
     let now = now_ms();
     let queued = Transition::CancelQueued;
     let mut p = Params::default();
@@ -35,10 +46,11 @@ async fn cancel_in(tx: &mut Tx, tenant: &TenantKey, id: &OperationId) -> StoreRe
         p.state_in(queued.from()),
         now_p = p.p(now),
     );
-    let cancelled = p.into_query(sql).execute(&mut *tx).await? == 1;
-    if cancelled {
+    if p.into_query(sql).execute(&mut *tx).await? == 1 {
         messages::conversations::release_barrier(&mut *tx, tenant, id).await?;
-    } else {
+        return Ok(CancelOutcome::Cancelled);
+    }
+    {
         let flag = Transition::RequestCancel;
         let mut p = Params::default();
         let (id_p, tenant_p, now_p) = (p.p(id.as_str()), p.p(tenant.as_str()), p.p(now));
@@ -47,9 +59,9 @@ async fn cancel_in(tx: &mut Tx, tenant: &TenantKey, id: &OperationId) -> StoreRe
              WHERE id = {id_p} AND tenant = {tenant_p} AND {} AND cancel_requested = 0",
             p.state_in(flag.from())
         );
-        p.into_query(sql).execute(&mut *tx).await?;
+        let flagged = p.into_query(sql).execute(&mut *tx).await? == 1;
+        Ok(if flagged { CancelOutcome::Flagged } else { CancelOutcome::Unchanged })
     }
-    Ok(cancelled)
 }
 
 /// Retry (API): a `failed` or `cancelled` operation goes back to `queued` with a fresh
@@ -133,7 +145,8 @@ pub async fn expire_overdue(db: &Db, limit: i64) -> StoreResult<Vec<(OperationId
         let (id_p, now_p) = (p.p(id.clone()), p.p(now));
         let sql = format!(
             "UPDATE operations SET state = {}, phase = {}, error_code = {}, error = {}, finished_at_ms = {now_p}, \
-             updated_at_ms = {now_p}, version = version + 1 WHERE id = {id_p} AND {}",
+             updated_at_ms = {now_p}, version = version + 1 WHERE id = {id_p} AND {} \
+             AND deadline_ms IS NOT NULL AND deadline_ms <= {now_p}",
             p.p(t.to().as_str()),
             p.p(t.phase().unwrap_or(phase::FAILED).to_string()),
             p.p(ErrorCode::DeadlineExceeded.as_str()),
@@ -271,17 +284,23 @@ where
         where_.push(format!("created_at_ms < {}", p.p(b)));
     }
     let sql = format!(
-        "SELECT id, tenant, state, kind, request FROM operations WHERE {} ORDER BY created_at_ms LIMIT {BULK_LIMIT}",
+        "SELECT id, tenant, state, kind, request, cancel_requested FROM operations WHERE {} \
+         ORDER BY created_at_ms LIMIT {BULK_LIMIT}",
         where_.join(" AND ")
     );
-    let rows: Vec<(String, String, String, String, String)> = p.into_query(sql).fetch_all(db).await?;
+    let rows: Vec<(String, String, String, String, String, i64)> = p.into_query(sql).fetch_all(db).await?;
     let mut outcome = BulkOutcome { matched: rows.len() as u64, changed: 0 };
-    let applies = |state: &str| match action {
-        BulkAction::Cancel => matches!(State::parse(state), Some(State::Queued | State::Running)),
+    let applies = |state: &str, cancel_requested: i64| match action {
+        // A running one already flagged is not changed again.
+        BulkAction::Cancel => match State::parse(state) {
+            Some(State::Queued) => true,
+            Some(State::Running) => cancel_requested == 0,
+            _ => false,
+        },
         BulkAction::Retry => matches!(State::parse(state), Some(State::Failed | State::Cancelled)),
         BulkAction::Forget => State::parse(state).is_some_and(|s| TERMINAL.contains(&s)),
     };
-    let targets: Vec<_> = rows.iter().filter(|r| applies(&r.2)).collect();
+    let targets: Vec<_> = rows.iter().filter(|r| applies(&r.2, r.5)).collect();
     if dry_run {
         outcome.changed = targets.len() as u64;
         return Ok(outcome);
@@ -297,11 +316,11 @@ where
             for r in targets {
                 let (id, tenant) = (OperationId::from_stored(r.0.as_str()), TenantKey::from_stored(r.1.as_str()));
                 let mut tx = db.begin_write().await?;
-                let before = r.2.as_str();
-                let cancelled = cancel_in(&mut tx, &tenant, &id).await?;
+                let done = cancel_in(&mut tx, &tenant, &id).await?;
                 tx.commit().await?;
-                // A running one is flagged (it stops at its next boundary): a change too.
-                if cancelled || before == State::Running.as_str() {
+                // A running one flagged now (it stops at its next boundary) is a change too;
+                // one that finished since the read, or was flagged meanwhile, is not.
+                if done != CancelOutcome::Unchanged {
                     outcome.changed += 1;
                 }
             }

@@ -219,7 +219,11 @@ fn fenced_statement<'q>(engine: Engine, lease: &'q Lease, t: &Transition<'q>, no
     if t.bumps_version() {
         set.push(format!("updated_at_ms = {}, version = version + 1", p.p(now)));
     }
-    let guard = p.state_in(t.from());
+    let mut guard = p.state_in(t.from());
+    if returns_to_queue(t) {
+        // See `apply`: with a cancel requested, the operation ends `cancelled` instead.
+        guard.push_str(" AND cancel_requested = 0");
+    }
     let returning = if returns_signals(t) { SIGNALS } else { "" };
     let sql = format!(
         "UPDATE operations SET {} WHERE id = {id} AND lease_token = {token} AND {guard}{returning}",
@@ -246,15 +250,38 @@ fn returns_signals(t: &Transition<'_>) -> bool {
     matches!(t, Transition::Heartbeat { .. } | Transition::Checkpoint { .. })
 }
 
+/// The lease holder puts the operation back in the queue: a retry, a release (shutdown,
+/// pause), a deferral (rate limit).
+fn returns_to_queue(t: &Transition<'_>) -> bool {
+    t.to() == State::Queued
+}
+
 /// Apply the lease holder's transition `t`, on the pool or inside the caller's
 /// transaction (with that transaction's effects). Returns what a heartbeat or checkpoint
 /// learns (cancel requested, paused; nothing for the others). A terminal transition of an
 /// operation holding a conversation's deletion barrier releases it in the same
 /// transaction.
+///
+/// A transition back to the queue of an operation whose cancel was requested (the request
+/// came after the job's last boundary: a transient failure, a shutdown, a pause, a rate
+/// limit) ends it `cancelled` instead, as the job would have at its next boundary: claims
+/// never take a queued row with the request set, so writing `queued` stranded it there —
+/// and a delete's barrier with it. Then the returned `cancel_requested` is set.
 pub async fn apply<'a>(ex: impl Into<Exec<'a>>, lease: &Lease, t: &Transition<'_>) -> Result<Signals, FenceError> {
+    let mut ex = ex.into();
+    match write(ex.reborrow(), lease, t).await {
+        Err(FenceError::LostLease) if returns_to_queue(t) => {
+            write(ex, lease, &Transition::Cancelled { result: None }).await?;
+            Ok(Signals { cancel_requested: true, paused: false })
+        }
+        written => written,
+    }
+}
+
+/// [`apply`] of `t` alone.
+async fn write(mut ex: Exec<'_>, lease: &Lease, t: &Transition<'_>) -> Result<Signals, FenceError> {
     debug_assert!(t.fenced(), "{t:?} is not a lease holder's transition");
     let now = now_ms();
-    let mut ex = ex.into();
     let statement = fenced_statement(exec_engine(&ex), lease, t, now);
     let releases = t.is_terminal() && lease.holds_barrier;
     // One statement on the pool needs no explicit transaction (a commit in one round trip);
