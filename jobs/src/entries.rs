@@ -68,6 +68,23 @@ pub fn validate_entry(entry: &ContextInsight) -> Result<(), EntryRuleError> {
     Ok(())
 }
 
+/// The highest `version` an imported entry may carry (JavaScript's largest exact integer,
+/// 2^53 − 1): the service stores what an import gives and every later write adds one to a
+/// signed 64-bit column, and JSON clients read larger numbers inexactly anyway.
+pub const MAX_IMPORTED_VERSION: u64 = (1 << 53) - 1;
+
+/// An imported entry: [`validate_entry`], and its `version`, which an import keeps.
+pub fn validate_imported_entry(entry: &ContextInsight) -> Result<(), EntryRuleError> {
+    validate_entry(entry)?;
+    if entry.version > MAX_IMPORTED_VERSION {
+        return Err(EntryRuleError::Invalid(format!(
+            "entry version {} is above the largest an import keeps, {MAX_IMPORTED_VERSION}",
+            entry.version
+        )));
+    }
+    Ok(())
+}
+
 /// The text an entry is indexed (BM25) and embedded by: the contract's `content_text`.
 pub fn entry_text(content: &Value) -> String {
     content_text(content)

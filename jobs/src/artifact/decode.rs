@@ -332,9 +332,9 @@ fn validate_message(r: &ConversationRecord) -> Result<(), String> {
     crate::contract::validate_record(r)
 }
 
-/// The rules every entry write obeys (the entries module owns them).
+/// The rules every imported entry obeys (the entries module owns them).
 fn validate_entry(e: &ContextInsight) -> Result<(), String> {
-    crate::entries::validate_entry(e).map_err(|e| e.to_string())
+    crate::entries::validate_imported_entry(e).map_err(|e| e.to_string())
 }
 
 fn truncate(s: &str) -> String {

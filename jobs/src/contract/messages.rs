@@ -12,10 +12,13 @@ use super::{MAX_APPEND_MESSAGES, MAX_RESOURCE_ID_CHARS, MAX_SEARCH_QUERY_BYTES};
 #[serde(rename_all = "camelCase")]
 pub struct ResourceRelations {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::contract::schema::ResourceId>))]
     pub agent_ids: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::contract::schema::ResourceId>))]
     pub runtime_ids: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::contract::schema::ResourceId>))]
     pub user_ids: Vec<String>,
 }
 
@@ -246,8 +249,10 @@ pub fn validate_scope(scope: &ConversationScope) -> Result<(), String> {
         ("scope.relations.runtimeIds", &scope.relations.runtime_ids),
         ("scope.relations.userIds", &scope.relations.user_ids),
     ] {
+        // Relation ids are resource ids like the scope's own (the first agent id is the
+        // conversation's listing agent, an indexed column).
         for id in ids {
-            super::nul::check_text(what, id)?;
+            validate_resource_id(what, id)?;
         }
     }
     Ok(())

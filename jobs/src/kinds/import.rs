@@ -10,7 +10,7 @@ use crate::contract::{
     ContextInsight, ContextOperationKind, ConversationIdMap, ConversationRecord, ImportContextRequest,
     MAX_APPEND_MESSAGES, validate_append,
 };
-use crate::entries::{EntryRuleError, validate_entry};
+use crate::entries::{EntryRuleError, validate_imported_entry};
 
 pub struct Import;
 
@@ -128,7 +128,7 @@ impl Import {
                     .into());
                 }
                 for (i, entry) in submission.entries.iter().enumerate() {
-                    validate_entry(entry).map_err(|e| match e {
+                    validate_imported_entry(entry).map_err(|e| match e {
                         EntryRuleError::Invalid(m) => Rejection::Invalid(format!("entries[{i}]: {m}")),
                         EntryRuleError::PayloadTooLarge(m) => Rejection::TooLarge(format!("entries[{i}]: {m}")),
                     })?;

@@ -41,7 +41,10 @@ impl PgSnapshot {
         let xmin: u64 = parts.next()?.parse().ok()?;
         let xmax: u64 = parts.next()?.parse().ok()?;
         let xip = parts.next()?;
-        if xmin == 0 || xmax < xmin {
+        // PostgreSQL's `FullTransactionIdIsValid`: the 32-bit transaction id inside the
+        // 64-bit one (its epoch in the high half) is not 0.
+        let valid = |x: u64| x & u64::from(u32::MAX) != 0;
+        if !valid(xmin) || !valid(xmax) || xmax < xmin {
             return None;
         }
         let mut last = xmin;
@@ -124,10 +127,26 @@ mod tests {
 
     #[test]
     fn snapshots_are_checked_as_postgresql_checks_them() {
-        for good in ["1:1:", "5:9:", "5:9:5", "5:9:5,7,8", "5:9:5,5"] {
+        for good in
+            ["1:1:", "5:9:", "5:9:5", "5:9:5,7,8", "5:9:5,5", "4294967297:4294967297:", "5:4294967297:4294967296"]
+        {
             assert!(PgSnapshot::parse(good).is_some(), "{good}");
         }
-        for bad in ["", "0:5:", "9:5:", "5:9:4", "5:9:9", "5:9:8,6", "5:9", "5:9:,", "5:9:6,", "a:b:", "5:9:6;select"] {
+        for bad in [
+            "",
+            "0:5:",
+            "9:5:",
+            "5:9:4",
+            "5:9:9",
+            "5:9:8,6",
+            "5:9",
+            "5:9:,",
+            "5:9:6,",
+            "a:b:",
+            "5:9:6;select",
+            "4294967296:4294967296:",
+            "5:4294967296:",
+        ] {
             assert!(PgSnapshot::parse(bad).is_none(), "{bad}");
         }
     }

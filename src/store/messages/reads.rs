@@ -41,8 +41,17 @@ pub async fn count_estimate(db: &Db, tenant: &TenantKey) -> StoreResult<i64> {
 }
 
 /// `AND role IN (…)` over parameters from `$start`, or nothing when `roles` is empty.
-fn role_filter(start: usize, roles: &[String]) -> String {
+fn role_filter(start: usize, roles: &[&str]) -> String {
     if roles.is_empty() { String::new() } else { format!(" AND role IN ({})", placeholders(start, roles.len())) }
+}
+
+/// A filter's roles, each once: a role repeated any number of times binds one parameter
+/// (tens of thousands of them reached each engine's parameter limit, at different counts).
+fn distinct(roles: &[String]) -> Vec<&str> {
+    let mut distinct: Vec<&str> = roles.iter().map(String::as_str).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    distinct
 }
 
 /// The newest `limit` messages, returned oldest first.
@@ -53,13 +62,14 @@ pub async fn recent(
     roles: &[String],
     limit: usize,
 ) -> StoreResult<Vec<ConversationRecord>> {
+    let roles = distinct(roles);
     let sql = format!(
         "SELECT {MESSAGE_COLUMNS} FROM messages WHERE tenant = $1 AND conversation_id = $2{} \
          ORDER BY sequence DESC LIMIT {limit}",
-        role_filter(3, roles)
+        role_filter(3, &roles)
     );
     let q = query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(conversation);
-    let mut rows: Vec<MessageRow> = roles.iter().fold(q, |q, r| q.bind(r)).fetch_all(db).await?;
+    let mut rows: Vec<MessageRow> = roles.iter().fold(q, |q, r| q.bind(*r)).fetch_all(db).await?;
     rows.reverse();
     records_from_rows(rows)
 }
@@ -92,14 +102,15 @@ pub async fn page(
     limit: usize,
 ) -> StoreResult<(Vec<ConversationRecord>, Option<MessageCursor>)> {
     let (after_seq, after_id) = cursor.map(|c| (c.sequence, c.id.as_str())).unwrap_or((i64::MIN, ""));
+    let roles = distinct(roles);
     let sql = format!(
         "SELECT {MESSAGE_COLUMNS} FROM messages WHERE tenant = $1 AND conversation_id = $2 \
          AND (sequence > $3 OR (sequence = $3 AND id > $4)){} ORDER BY sequence ASC, id ASC LIMIT {}",
-        role_filter(5, roles),
+        role_filter(5, &roles),
         limit + 1
     );
     let q = query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(conversation).bind(after_seq).bind(after_id);
-    let mut rows: Vec<MessageRow> = roles.iter().fold(q, |q, r| q.bind(r)).fetch_all(db).await?;
+    let mut rows: Vec<MessageRow> = roles.iter().fold(q, |q, r| q.bind(*r)).fetch_all(db).await?;
     let more = rows.len() > limit;
     rows.truncate(limit);
     let next = if more { rows.last().map(|r| MessageCursor { sequence: r.1, id: r.0.clone() }) } else { None };

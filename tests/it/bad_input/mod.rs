@@ -4,5 +4,6 @@
 //! stored.
 
 mod driver_text;
+mod edges;
 mod nul;
 mod paths;
