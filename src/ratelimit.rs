@@ -142,12 +142,12 @@ impl RateLimiter {
 
     /// The turn used `actual` tokens: account the difference from its estimate.
     pub async fn settle(&self, admitted: &Admitted, actual: u64) -> anyhow::Result<()> {
-        let delta = actual as i64 - admitted.estimated_tokens as i64;
-        if delta == 0 {
-            return Ok(());
-        }
         let now = now_us();
         for (key, limit) in &admitted.tokens {
+            let delta = limit.settle_units(admitted.estimated_tokens, actual);
+            if delta == 0 {
+                continue;
+            }
             match &self.backend {
                 Backend::Db(db) => rate_limits::settle(db, key, limit, delta, now).await?,
                 Backend::Redis { conn, .. } => {

@@ -50,6 +50,15 @@ impl RateLimit {
     pub fn delta_us(&self, delta: i64) -> i64 {
         (delta as f64 * self.interval_us()) as i64
     }
+
+    /// The units to account after the fact for a turn admitted at `estimated` that used
+    /// `actual`: the difference from what [`Self::increment_us`] charged (the estimate,
+    /// capped at the limit), not from the estimate itself — else a turn estimated above
+    /// the limit was recorded as using less than it did.
+    pub fn settle_units(&self, estimated: u64, actual: u64) -> i64 {
+        let charged = estimated.min(self.limit).max(1);
+        actual.min(i64::MAX as u64) as i64 - charged as i64
+    }
 }
 
 const SECOND_MS: i64 = 1_000;
@@ -192,6 +201,17 @@ mod tests {
         assert!(admit(tat, now + wait, 1, &limit).is_ok());
         // Costs above the limit count as the limit.
         assert!(admit(0, now, 10_000, &limit).is_ok());
+    }
+
+    #[test]
+    fn settling_counts_from_what_was_charged() {
+        let tpm = RateLimit { unit: Unit::Tokens, limit: 30_000, window_ms: MINUTE_MS };
+        // Estimated above the limit (charged 30,000), used 35,000: 5,000 more, not 6,024 less.
+        assert_eq!(tpm.settle_units(41_024, 35_000), 5_000);
+        assert_eq!(tpm.settle_units(1_000, 800), -200);
+        assert_eq!(tpm.settle_units(1_000, 1_000), 0);
+        assert_eq!(tpm.settle_units(0, 10), 9, "an estimate of 0 was charged as 1");
+        assert_eq!(tpm.settle_units(10, u64::MAX), i64::MAX - 10);
     }
 
     #[test]

@@ -29,4 +29,7 @@ pub use request::{
     ResponsesRequest, STORE_RESPONSE_SERVER_SIDE, build_request_body, build_responses_input, validate_chat_message,
     validate_metadata, validate_request, validate_tools,
 };
-pub use retry::{HttpDisposition, RetryHeaders, backoff_ms, classify_http, classify_transport_error, server_hint_ms};
+pub use retry::{
+    HttpDisposition, RetryHeaders, backoff_ms, classify_http, classify_transport_error, rate_limit_block_ms,
+    server_hint_ms,
+};

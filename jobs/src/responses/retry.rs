@@ -121,10 +121,24 @@ fn is_insufficient_quota(body: &Value) -> bool {
 /// clock it cannot be turned into a delay — so it falls back to backoff. A hint
 /// outside `(0, 60 s]` is ignored, as the official clients do.
 pub fn server_hint_ms(headers: &RetryHeaders) -> Option<u64> {
+    hint_ms(headers, MAX_SERVER_HINT_MS)
+}
+
+/// How long a 429 keeps its model blocked for every worker: the server's delay as
+/// [`server_hint_ms`] reads it, without that function's 60 s bound — which decides
+/// whether one call waits in place, not how long the provider wants the model left alone
+/// (a `retry-after: 120` blocked nothing) — up to an hour.
+pub fn rate_limit_block_ms(headers: &RetryHeaders) -> Option<u64> {
+    hint_ms(headers, MAX_BLOCK_MS)
+}
+
+const MAX_BLOCK_MS: f64 = 3_600_000.0;
+
+fn hint_ms(headers: &RetryHeaders, max_ms: f64) -> Option<u64> {
     let parse = |v: &Option<String>| v.as_deref().and_then(|s| s.trim().parse::<f64>().ok()).filter(|x| x.is_finite());
     let hint = parse(&headers.retry_after_ms).or_else(|| parse(&headers.retry_after).map(|secs| secs * 1000.0))?;
     // Round up so we never come back before the time the server asked for.
-    (hint > 0.0 && hint <= MAX_SERVER_HINT_MS).then(|| hint.ceil() as u64)
+    (hint > 0.0 && hint <= max_ms).then(|| hint.ceil() as u64)
 }
 
 #[cfg(test)]
@@ -205,6 +219,24 @@ mod tests {
         assert_eq!(classify(503, &frac, &Value::Null), retry(250));
         let max = RetryHeaders { retry_after: Some("60".into()), ..no_headers() };
         assert_eq!(classify(503, &max, &Value::Null), retry(60_000));
+    }
+
+    #[test]
+    fn a_rate_limit_blocks_its_model_as_long_as_the_server_asks_up_to_an_hour() {
+        let h = |ms: Option<&str>, secs: Option<&str>| RetryHeaders {
+            retry_after_ms: ms.map(Into::into),
+            retry_after: secs.map(Into::into),
+            ..no_headers()
+        };
+        assert_eq!(rate_limit_block_ms(&h(None, Some("120"))), Some(120_000), "past the 60 s a call waits in place");
+        assert_eq!(server_hint_ms(&h(None, Some("120"))), None);
+        assert_eq!(rate_limit_block_ms(&h(Some("1500.2"), Some("9"))), Some(1501));
+        assert_eq!(rate_limit_block_ms(&h(None, Some("3600"))), Some(3_600_000));
+        for unusable in
+            [h(None, Some("3601")), h(None, Some("0")), h(None, Some("Wed, 21 Oct 2015 07:28:00 GMT")), h(None, None)]
+        {
+            assert_eq!(rate_limit_block_ms(&unusable), None, "{unusable:?}");
+        }
     }
 
     #[test]

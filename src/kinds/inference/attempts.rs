@@ -44,7 +44,6 @@ pub(super) async fn call(
     let max_attempts = ctx.config.provider.responses_max_attempts;
     let model = body["model"].as_str().unwrap_or_default().to_string();
     let estimate = estimate_tokens(body.to_string().len(), body["max_output_tokens"].as_u64().map(|n| n as u32));
-    let mut attempt = 0u32;
     loop {
         let admitted = admit(ctx, &model, estimate, checkpoint).await?;
         checkpoint.provider_attempts += 1;
@@ -54,12 +53,12 @@ pub(super) async fn call(
         settle(ctx, &admitted, &reply).await;
         if let Ok(r) = &reply
             && r.status == 429
-            && let Some(after_ms) = retry_hint_ms(&r.retry)
+            && let Some(after_ms) = context_jobs::responses::rate_limit_block_ms(&r.retry)
             && let Err(e) = ctx.limiter.block(&model, after_ms).await
         {
             tracing::warn!(operation = %ctx.operation.id, error = format!("{e:#}"), "could not record the provider's 429");
         }
-        let next = judge(client, reply, checkpoint.provider_attempts, attempt, max_attempts);
+        let next = judge(client, reply, checkpoint.provider_attempts, checkpoint.failed_calls, max_attempts);
         match next {
             Next::Done(result) => return Ok(result),
             Next::Fail { code, message } => {
@@ -70,8 +69,12 @@ pub(super) async fn call(
             Next::Retry { after_ms, reason } => {
                 metrics::counter!(INFERENCE_PROVIDER_RETRIES, "reason" => reason).increment(1);
                 tracing::info!(operation = %ctx.operation.id, attempt = checkpoint.provider_attempts, reason, delay_ms = after_ms, "provider call failed transiently; retrying");
+                // Counted in a commit before the wait: a deferral after it (a new run)
+                // continues the count.
+                checkpoint.failed_calls += 1;
+                let signals = save(ctx, checkpoint, PHASE_CALLING_PROVIDER, 0).await?;
+                ctx.boundary(signals)?;
                 guarded(ctx, tokio::time::sleep(Duration::from_millis(after_ms))).await?;
-                attempt += 1;
             }
         }
     }
@@ -124,19 +127,14 @@ async fn settle(ctx: &JobCtx, admitted: &crate::ratelimit::Admitted, reply: &Res
     }
 }
 
-/// The provider's requested delay of a 429, if it sent one (the same hint the retry
-/// policy honours).
-fn retry_hint_ms(headers: &context_jobs::responses::RetryHeaders) -> Option<u64> {
-    context_jobs::responses::server_hint_ms(headers)
-}
-
-/// Decide what an attempt's reply means. `attempt` is this run's zero-based attempt
-/// index (the retry budget); `provider_attempts` the operation's running total.
+/// Decide what an attempt's reply means. `failed_calls` is how many calls of the operation
+/// failed transiently before this one (the retry budget); `provider_attempts` the
+/// operation's running total of calls.
 fn judge(
     client: &ResponsesClient,
     reply: Result<ProviderReply, TransportError>,
     provider_attempts: u32,
-    attempt: u32,
+    failed_calls: u32,
     max_attempts: u32,
 ) -> Next {
     let jitter = fastrand::f64();
@@ -144,7 +142,7 @@ fn judge(
         Ok(reply) => reply,
         Err(e) => {
             let timed_out = matches!(e, TransportError::Timeout);
-            return match classify_transport_error(attempt, max_attempts, jitter) {
+            return match classify_transport_error(failed_calls, max_attempts, jitter) {
                 HttpDisposition::Retry { after_ms } => {
                     Next::Retry { after_ms, reason: if timed_out { "timeout" } else { "transport" } }
                 }
@@ -162,7 +160,7 @@ fn judge(
             Err(e) => e.clone(),
         };
         let message = format!("the provider answered HTTP {}: {detail}", reply.status);
-        return match classify_http(reply.status, &reply.retry, body, attempt, max_attempts, jitter) {
+        return match classify_http(reply.status, &reply.retry, body, failed_calls, max_attempts, jitter) {
             HttpDisposition::Retry { after_ms } => Next::Retry { after_ms, reason: "http_status" },
             HttpDisposition::Fail { code } => Next::Fail { code, message },
         };
@@ -181,7 +179,7 @@ fn judge(
     match decode_turn(&body, provider_attempts) {
         Ok(result) => Next::Done(result),
         // A `failed` reply caused by a `server_error` is retried like a 5xx.
-        Err(e) if e.is_transient() => match classify_transport_error(attempt, max_attempts, jitter) {
+        Err(e) if e.is_transient() => match classify_transport_error(failed_calls, max_attempts, jitter) {
             HttpDisposition::Retry { after_ms } => Next::Retry { after_ms, reason: "server_error" },
             HttpDisposition::Fail { code } => Next::Fail { code, message: client.scrub(&e.to_string()) },
         },

@@ -49,6 +49,36 @@ async fn server_errors_are_retried_until_the_budget_is_spent() {
     app.stop().await;
 }
 
+/// The retry budget is the operation's, not each run's: a run that starts with calls
+/// already failed (earlier runs that went back to the queue — a rate limit's deferral)
+/// spends only what is left. (Each run started a fresh budget: two operations whose 429s
+/// kept blocking each other's model deferred back and forth for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_budget_carries_over_runs() {
+    let fake = FakeProvider::start(vec![]).await;
+    fake.always(Step::status(500, json!({"error": {"message": "upstream broke"}})));
+    let app = app(&fake).await;
+    let queues = "/internal/v1/context/queues/inference";
+    let (status, body) = app.post(&format!("{queues}/pause"), &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let id = submit(&app, &turn("hi")).await;
+    // As two earlier runs leave it: two calls made, both failed and retried.
+    context_ops::store::query("UPDATE operations SET checkpoint = $1 WHERE id = $2")
+        .bind(r#"{"providerAttempts":2,"failedCalls":2}"#)
+        .bind(id.as_str())
+        .execute(app.db())
+        .await
+        .unwrap();
+    let (status, body) = app.post(&format!("{queues}/resume"), &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let op = app.wait_terminal(&id).await;
+    assert_failed(&op, "retries_exhausted");
+    assert_eq!(fake.received().len(), 1, "one call was left of RESPONSES_MAX_ATTEMPTS = 3");
+    let error = op.error.as_deref().unwrap();
+    assert!(error.contains("provider attempts: 3"), "{error}");
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_errors_and_insufficient_quota_fail_without_a_retry() {
     let fake = FakeProvider::start(vec![]).await;

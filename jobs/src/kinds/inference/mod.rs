@@ -134,6 +134,12 @@ pub struct InferenceCheckpoint {
     /// Provider calls started so far (written *before* each call).
     #[serde(default)]
     pub provider_attempts: u32,
+    /// Calls that failed transiently and were retried, across runs: the retry budget
+    /// (`RESPONSES_MAX_ATTEMPTS`) is the operation's, so a rate limit's deferral back to the
+    /// queue (a new run) does not start it again — a provider answering 429 forever ended
+    /// no operation that way.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed_calls: u32,
     /// The newest conversation sequence the history snapshot includes, fixed by the
     /// first attempt so a resumed turn sends the same history (and never its own reply).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -234,10 +240,13 @@ mod tests {
         assert_eq!(serde_json::from_str::<InferenceCheckpoint>("{}").unwrap(), InferenceCheckpoint::default());
         let c = InferenceCheckpoint {
             provider_attempts: 2,
+            failed_calls: 1,
             history_through: Some(9),
             result: Some(decode_turn(&completed(), 2).unwrap()),
         };
-        let back: InferenceCheckpoint = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        let text = serde_json::to_string(&c).unwrap();
+        assert!(text.contains(r#""failedCalls":1"#), "{text}");
+        let back: InferenceCheckpoint = serde_json::from_str(&text).unwrap();
         assert_eq!(back, c);
     }
 
@@ -253,4 +262,8 @@ mod tests {
         assert_eq!(rec.metadata["inference"]["outcome"], "completed");
         crate::contract::validate_append(std::slice::from_ref(&rec)).unwrap();
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
