@@ -8,12 +8,13 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Rows, announce_commit, malformed, prepare, write_batch};
 use crate::kinds::job::{JobCtx, JobError};
 use crate::store::Db;
-use crate::store::artifacts::{ArtifactRow, ChunkReader, SpareChunks};
+use crate::store::artifacts::{self, ArtifactRow, ChunkReader, SpareChunks};
 use crate::store::messages::StoredMessages;
 use crate::store::operations::transitions::Signals;
 use context_jobs::artifact::{Decoded, Decoder, Record};
 use context_jobs::contract::ContextInsight;
 use context_jobs::kinds::import::{ImportArgs, ImportCheckpoint};
+use context_jobs::operation::ErrorCode;
 
 /// One batch of decoded records and where it ends.
 #[derive(Default)]
@@ -112,11 +113,26 @@ pub(super) fn spawn_fetcher(db: &Db, artifact: &ArtifactRow, offset: u64) -> Pie
     let spares = SpareChunks::default();
     let mut reader = ChunkReader::new(db, &artifact.tenant, &artifact.id, offset);
     let given = spares.clone();
+    let (db, tenant, id, size) = (db.clone(), artifact.tenant.clone(), artifact.id.clone(), artifact.size_bytes);
     tokio::spawn(async move {
         loop {
             let piece = match reader.next_piece_into(given.take().unwrap_or_default()).await {
                 Ok(Some(piece)) => Ok(piece),
-                Ok(None) => return,
+                Ok(None) if reader.position() >= size.max(0) as u64 => return,
+                // The chunks ran out before the artifact's size: it was deleted (or expired)
+                // while it was read. Not a malformed artifact, which is what the decoder
+                // would make of the early end.
+                Ok(None) => Err(match artifacts::get(&db, &tenant, &id).await {
+                    Ok(None) => JobError::permanent(
+                        ErrorCode::ArtifactNotFound,
+                        format!("artifact {id} was deleted during the import"),
+                    ),
+                    Ok(Some(_)) => JobError::permanent(
+                        ErrorCode::Internal,
+                        format!("artifact {id}'s stored chunks end at byte {} of {size}", reader.position()),
+                    ),
+                    Err(e) => JobError::from(e),
+                }),
                 Err(e) => Err(JobError::from(e)),
             };
             let failed = piece.is_err();

@@ -168,3 +168,50 @@ backend_tests!(
     corrupted_artifacts_fail_and_write_nothing,
     inline_import_sequences_idempotency_and_validation,
 );
+
+/// An artifact deleted while its import reads it fails the import `artifact_not_found` (its
+/// chunks ran out before its size), not `artifact_truncated` as if the artifact were
+/// malformed. PostgreSQL only: the test holds the chunk table's lock so that the import's
+/// first read waits while the artifact is deleted (SQLite's readers never wait for a
+/// writer, so there is no moment to stage).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_artifact_deleted_during_its_import_is_not_found() {
+    use sqlx::Connection as _;
+
+    let app = small_config(crate::harness::Backend::Postgres).await;
+    let records: Vec<_> = (0..30).map(|i| message("gone", &format!("m{i}"), "user", "hello")).collect();
+    app.append_records(&records).await;
+    let artifact = super::export(&app).await.result_json()["artifactId"].as_str().unwrap().to_string();
+
+    let mut blocker = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
+    sqlx::raw_sql("BEGIN; LOCK TABLE artifact_chunks IN ACCESS EXCLUSIVE MODE").execute(&mut blocker).await.unwrap();
+    let id = app.submit(IMPORTS, &json!({"artifactRef": artifact, "idempotencyKey": "gone"})).await.id;
+    crate::harness::wait::poll_until(
+        "the import's read waits on the chunks",
+        std::time::Duration::from_secs(10),
+        || {
+            let url = app.database_url.clone();
+            async move {
+                let mut conn = sqlx::PgConnection::connect(&url).await.map_err(|e| e.to_string())?;
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+                 WHERE c.relname = 'artifact_chunks' AND NOT l.granted \
+                 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                )
+                .fetch_one(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+                if waiting > 0 { Ok(()) } else { Err("no reader waits".to_string()) }
+            }
+        },
+    )
+    .await;
+    sqlx::query("DELETE FROM artifacts WHERE id = $1").bind(&artifact).execute(&mut blocker).await.unwrap();
+    sqlx::raw_sql("COMMIT").execute(&mut blocker).await.unwrap();
+
+    let op = app.wait_terminal(&id).await;
+    assert_eq!(op.state, ContextOperationState::Failed, "{op:?}");
+    assert_eq!(op.error_code.as_deref(), Some("artifact_not_found"), "{op:?}");
+    assert!(op.error.as_deref().unwrap().contains("deleted during the import"), "{op:?}");
+    app.stop().await;
+}
