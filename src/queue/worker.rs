@@ -292,22 +292,36 @@ async fn stop_gracefully(
         () = in_flight.idle() => None,
         () = tokio::time::sleep_until(deadline) => None,
     };
+    let handlers_done = ended_early.is_none() && in_flight.count.load(Ordering::SeqCst) == 0;
     // Stop taking messages; handlers still running finish and are acknowledged, then
     // apalis closes the backend.
     if let Err(e) = ctx.stop() {
         tracing::debug!(worker = %name, error = %e, "stopping a worker that had not started");
     }
+    // Once the handlers are done, only apalis' own acknowledgements are left, which take a
+    // round trip or two — unless they never come: apalis sends each on a channel of
+    // `4 × batch size` places that it drains only while it runs, and a stopped worker waits
+    // for its tasks (each waiting on its send) before it closes. Handlers that finish
+    // together (more than 4) as the worker stops leave it so for good, so the close is
+    // bounded here; what it did not acknowledge is released below, and comes back as
+    // duplicates the claim drops.
+    let close_by = if handlers_done { deadline.min(tokio::time::Instant::now() + CLOSE_GRACE) } else { deadline };
     let outcome = match ended_early {
         Some(result) => Ok(result),
-        None => tokio::time::timeout_at(deadline, run).await,
+        None => tokio::time::timeout_at(close_by, run).await,
     };
-    // Anything still held (a fetch cut short, handlers past the deadline) goes back to the
-    // queue now instead of after the orphan timeout; duplicates are dropped by the claim.
+    // Anything still held (a fetch cut short, acknowledgements not made, handlers past the
+    // deadline) goes back to the queue now instead of after the orphan timeout; duplicates
+    // are dropped by the claim.
     release(backend, queue_name, name).await;
     match outcome {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => {
             tracing::warn!(queue = %queue_name, worker = %name, error = %e, "queue worker failed while stopping");
+            Ok(())
+        }
+        Err(_) if handlers_done => {
+            tracing::info!(queue = %queue_name, worker = %name, "queue worker stopped before apalis acknowledged its last messages; they were released");
             Ok(())
         }
         Err(_) => anyhow::bail!(
@@ -316,6 +330,9 @@ async fn stop_gracefully(
         ),
     }
 }
+
+/// How long a worker whose handlers are done may take to close (see `stop_gracefully`).
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 pub(super) type WorkerRun = BoxFuture<'static, Result<(), WorkerError>>;
 

@@ -43,6 +43,10 @@ struct Env {
 
 impl Env {
     async fn new(backend: Backend) -> Env {
+        Self::with_concurrency(backend, 4).await
+    }
+
+    async fn with_concurrency(backend: Backend, concurrency: usize) -> Env {
         // Process-wide and first come first served: once a queue test has run, in-process
         // apps' warnings go to the (captured) test output too.
         let _ = tracing_subscriber::fmt()
@@ -52,7 +56,7 @@ impl Env {
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config::defaults();
         config.queue.queue_namespace = unique("q");
-        config.worker.worker_concurrency = 4;
+        config.worker.worker_concurrency = concurrency;
         let db = match backend {
             Backend::Sqlite => {
                 let db = Db::connect(&format!("sqlite:{}/q.sqlite", dir.path().display()), 4).await.unwrap();

@@ -1,13 +1,22 @@
 //! Resilience: a panicking handler and undecodable payloads do not stop the worker, a
-//! shutdown lets running handlers finish, and workers restart when the backend forgets
-//! them.
+//! shutdown lets running handlers finish (and stops promptly when many finish at once),
+//! and workers restart when the backend forgets them.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use context_jobs::contract::ContextOperationKind;
 use context_jobs::ids::OperationId;
-use context_ops::queue::QueueDepth;
+use context_ops::queue::{OperationHandler, QueueDepth};
 use context_ops::store::Db;
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use super::{DELETE, EXPORT, Env, Recorder, stop};
+use super::{DEADLINE, DELETE, EXPORT, Env, Recorder, stop};
+use crate::harness::wait::poll_until;
 use crate::harness::{Backend, redis_url};
 
 async fn panics_and_garbage_do_not_stop_the_worker(backend: Backend) {
@@ -62,6 +71,63 @@ async fn shutdown_lets_running_handlers_finish(backend: Backend) {
     env.cleanup().await;
 }
 
+/// Eight handlers that finish together as the shutdown starts: their eight acknowledgements
+/// all go to apalis at once. apalis sends each on a channel it drains only while it runs
+/// (4 places here); a worker stopped with sends still waiting on it never finished (it
+/// waits for its tasks before it closes, and its tasks for the drain), and shutdown hung
+/// for its 30 s timeout, then failed ("did not finish its running handlers within 30s").
+async fn handlers_that_finish_together_at_shutdown_stop_promptly(backend: Backend) {
+    let env = Env::with_concurrency(backend, 8).await;
+    let gate = Arc::new(Gate { running: AtomicUsize::new(0), finished: AtomicUsize::new(0), open: Semaphore::new(0) });
+    let shutdown = CancellationToken::new();
+    let workers = env.queue.spawn_workers(Arc::new(GateHandler(gate.clone())), shutdown.clone());
+    for i in 0..8 {
+        env.queue.push(DELETE, &OperationId::from_stored(format!("op{i}"))).await.unwrap();
+    }
+    poll_until("eight handlers running", DEADLINE, || async {
+        let running = gate.running.load(Ordering::SeqCst);
+        if running == 8 { Ok(()) } else { Err(format!("{running} running")) }
+    })
+    .await;
+    shutdown.cancel();
+    gate.open.add_permits(8);
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(35), workers)
+        .await
+        .expect("workers stop within the shutdown timeout")
+        .expect("supervisor task did not panic")
+        .expect("workers stopped cleanly");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "the stop took {took:?}");
+    assert_eq!(gate.finished.load(Ordering::SeqCst), 8);
+    // Acknowledged, or (when apalis could not) released back to the queue: none is left
+    // held by the stopped worker.
+    let depth = env.queue.depth(DELETE).await.unwrap();
+    assert_eq!(depth.inflight, 0, "{depth:?}");
+    env.cleanup().await;
+}
+
+/// Handlers that count themselves running, then wait for the gate.
+struct Gate {
+    running: AtomicUsize,
+    finished: AtomicUsize,
+    open: Semaphore,
+}
+
+struct GateHandler(Arc<Gate>);
+
+impl OperationHandler for GateHandler {
+    fn handle(&self, _: ContextOperationKind, _: String) -> BoxFuture<'static, ()> {
+        let gate = self.0.clone();
+        async move {
+            gate.running.fetch_add(1, Ordering::SeqCst);
+            gate.open.acquire().await.expect("the gate is never closed").forget();
+            gate.finished.fetch_add(1, Ordering::SeqCst);
+        }
+        .boxed()
+    }
+}
+
 async fn workers_restart_after_the_backend_forgets_them(backend: Backend) {
     let env = Env::new(backend).await;
     let recorder = Recorder::with(&[], &[]);
@@ -110,5 +176,6 @@ async fn workers_restart_after_the_backend_forgets_them(backend: Backend) {
 backend_tests!(
     backend: panics_and_garbage_do_not_stop_the_worker,
     shutdown_lets_running_handlers_finish,
+    handlers_that_finish_together_at_shutdown_stop_promptly,
     workers_restart_after_the_backend_forgets_them,
 );
