@@ -28,6 +28,11 @@ pub(super) struct Batch {
     pub(super) last: bool,
 }
 
+/// A batch is also cut once its lines hold this many artifact bytes, so large records
+/// (a message line may reach 16 MiB) keep a batch — and the few in flight — to a few
+/// megabytes, as small ones do (5,000 lines of ~230 bytes: ~1 MiB).
+const BATCH_BYTES: u64 = 4 << 20;
+
 /// Decoded batches in artifact order, or the failure that ended the decoding.
 pub(super) type Batches = mpsc::Receiver<Result<Batch, JobError>>;
 
@@ -41,7 +46,8 @@ pub(super) fn spawn_decoder(
 ) -> Batches {
     let (tx, rx) = mpsc::channel(1);
     let batch = ctx.batch_size().max(1) as usize;
-    let mut pieces = spawn_fetcher(&ctx.db, artifact, checkpoint.offset);
+    let start_offset = checkpoint.offset;
+    let mut pieces = spawn_fetcher(&ctx.db, artifact, start_offset);
     let mut decoder = Some(if checkpoint.offset == 0 {
         Decoder::unhashed()
     } else {
@@ -53,6 +59,8 @@ pub(super) fn spawn_decoder(
         // in its stored form (not also as decoded records).
         let mut decoded: Vec<Decoded> = Vec::new();
         let mut next = Batch::default();
+        // Where the batch being built starts in the artifact: its lines' bytes bound it too.
+        let mut batch_start = start_offset;
         while let Some(d) = decoder.as_mut() {
             let fed = match pieces.recv().await {
                 Some(Ok(piece)) => {
@@ -77,10 +85,12 @@ pub(super) fn spawn_decoder(
                     Record::Message(m) => next.messages.push(&m),
                     Record::Entry(e) => next.entries.push(e),
                 }
-                if next.messages.len() + next.entries.len() >= batch
-                    && tx.send(Ok(std::mem::take(&mut next))).await.is_err()
-                {
-                    return;
+                let records = next.messages.len() + next.entries.len();
+                if records >= batch || d.end_offset - batch_start >= BATCH_BYTES {
+                    batch_start = d.end_offset;
+                    if tx.send(Ok(std::mem::take(&mut next))).await.is_err() {
+                        return;
+                    }
                 }
             }
         }

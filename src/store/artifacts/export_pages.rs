@@ -112,12 +112,18 @@ fn empty_page(spares: &SparePages) -> StoredPage {
     spares.take().map(StoredPage::cleared).unwrap_or_default()
 }
 
+/// A page is also cut once its text reaches this many bytes, so a tenant of large messages
+/// (up to the 8 MiB an append allows) keeps a page — and the few the reader holds ahead —
+/// to a few megabytes, as small messages do (5,000 of ~200 bytes: ~1 MiB). It also keeps a
+/// page's text far below the `u32` spans' 4 GiB.
+pub const PAGE_BYTES: usize = 4 << 20;
+
 const SELECT: &str = "SELECT conversation_id, id, role, scope, content, name, tool_call_id, metadata, sequence, \
      created_at_ms FROM messages";
 
 /// The tenant's messages in export order — conversation id, then sequence — after the
 /// position `(conversation_id, sequence)`, handed to `deliver` in pages of `page_rows`
-/// until it returns `false` or the messages end.
+/// (or fewer, reaching [`PAGE_BYTES`]) until it returns `false` or the messages end.
 ///
 /// PostgreSQL: one `COPY … TO STDOUT` streams them all; the server keeps producing while
 /// pages are handed over, and waits (TCP backpressure) when `deliver` does. A consumer that
@@ -154,7 +160,8 @@ where
             let mut builder = CopyPage::default();
             while let Some(data) = stream.try_next().await? {
                 builder.feed(&data)?;
-                if builder.rows.len() >= page_rows && !deliver(builder.take_page(empty_page(spares))?).await {
+                let full = builder.rows.len() >= page_rows || builder.text.len() >= PAGE_BYTES;
+                if full && !deliver(builder.take_page(empty_page(spares))?).await {
                     drop(stream);
                     conn.close_on_drop();
                     return Ok(());
@@ -182,16 +189,21 @@ where
                     .bind(position.0.as_str())
                     .bind(position.1)
                     .fetch(pool);
+                let mut bytes_full = false;
                 while let Some(row) = rows.try_next().await? {
                     let mut fields: [Option<&str>; 8] = [None; 8];
                     for (i, field) in fields.iter_mut().enumerate() {
                         *field = row.try_get(i)?;
                     }
                     page.push(fields, row.try_get(8)?, row.try_get(9)?);
+                    if page.text.len() >= PAGE_BYTES {
+                        bytes_full = true; // the next page starts after this row
+                        break;
+                    }
                 }
                 drop(rows);
                 let Some(last) = page.last_position() else { return Ok(()) };
-                let full = page.len() >= page_rows;
+                let full = page.len() >= page_rows || bytes_full;
                 if !deliver(page).await || !full {
                     return Ok(());
                 }

@@ -23,6 +23,7 @@ mod export;
 mod faults;
 mod import;
 mod overlap;
+mod pages;
 mod tenants;
 mod transfer;
 mod upload;
