@@ -104,13 +104,19 @@ impl Deliver {
         let handler = self.handler.clone();
         let guard = self.in_flight.enter();
         async move {
-            let _guard = guard;
             let outcome = match envelope {
                 Envelope::Message(message) => {
                     // Spawned (the `handle` call included), so a panic stays inside its task;
                     // joined, so concurrency and graceful shutdown see it running until done.
+                    // The in-flight guard goes with the task: a worker that fails and is
+                    // restarted drops this future, not the handler, and a shutdown must still
+                    // wait for that handler (it would be released, not left running).
                     let operation_id = message.operation_id.clone();
-                    match tokio::spawn(async move { handler.handle_message(kind, message).await }).await {
+                    let handled = async move {
+                        let _guard = guard;
+                        handler.handle_message(kind, message).await
+                    };
+                    match tokio::spawn(handled).await {
                         Ok(()) => "handled",
                         Err(e) if e.is_panic() => {
                             let panic = e.into_panic();
@@ -126,6 +132,7 @@ impl Deliver {
                     }
                 }
                 Envelope::Undecodable(raw) => {
+                    drop(guard);
                     let shown: String = String::from_utf8_lossy(&raw).chars().take(200).collect();
                     tracing::warn!(kind = kind.as_str(), payload = %shown, "undecodable queue payload acknowledged and dropped");
                     "undecodable"

@@ -1,6 +1,7 @@
 //! Resilience: a panicking handler and undecodable payloads do not stop the worker, a
 //! shutdown lets running handlers finish (and stops promptly when many finish at once),
-//! and workers restart when the backend forgets them.
+//! and workers restart when the backend forgets them (a shutdown then still waits for the
+//! handlers the failed worker left running).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -137,24 +138,119 @@ async fn workers_restart_after_the_backend_forgets_them(backend: Backend) {
     recorder.wait_for_ids(&["before".to_owned()]).await;
     env.wait_depth(DELETE, |d| d.inflight == 0).await;
 
+    forget_workers(&env).await;
+
+    env.queue.push(DELETE, &OperationId::from_stored("after")).await.unwrap();
+    recorder.wait_for_ids(&["after".to_owned()]).await;
+    stop(shutdown, workers).await;
+    env.cleanup().await;
+}
+
+/// A worker restarted while one of its handlers runs (the backend forgot it) leaves that
+/// handler running: a shutdown still waits for it. (The worker's dropped future took the
+/// handler's in-flight count with it, so the stop returned while it ran, unreleased.)
+async fn a_shutdown_waits_for_handlers_of_a_restarted_worker(backend: Backend) {
+    let env = Env::new(backend).await;
+    let gates = Arc::new(Gates::default());
+    let shutdown = CancellationToken::new();
+    let workers = env.queue.spawn_workers(Arc::new(GatesHandler(gates.clone())), shutdown.clone());
+    env.queue.push(DELETE, &OperationId::from_stored("first")).await.unwrap();
+    gates.wait_started("first").await;
+    forget_workers(&env).await;
+    // The next delivery comes from the restarted worker (the old one failed on its fetch).
+    env.queue.push(DELETE, &OperationId::from_stored("second")).await.unwrap();
+    gates.wait_started("second").await;
+
+    shutdown.cancel();
+    gates.open("second");
+    tokio::pin!(workers);
+    // Bounded look for the failure: the supervisor returning while `first` still runs.
+    tokio::select! {
+        stopped = &mut workers => panic!("the workers stopped while a handler ran: {stopped:?}"),
+        () = tokio::time::sleep(Duration::from_millis(500)) => {}
+    }
+    gates.open("first");
+    tokio::time::timeout(Duration::from_secs(35), workers)
+        .await
+        .expect("workers stop within the shutdown timeout")
+        .expect("supervisor task did not panic")
+        .expect("workers stopped cleanly");
+    assert_eq!(gates.finished(), ["second", "first"]);
+    env.cleanup().await;
+}
+
+/// Handlers that wait for their own id's gate.
+#[derive(Default)]
+struct Gates {
+    started: std::sync::Mutex<Vec<String>>,
+    finished: std::sync::Mutex<Vec<String>>,
+    gates: std::sync::Mutex<std::collections::HashMap<String, Arc<Semaphore>>>,
+    changed: tokio::sync::Notify,
+}
+
+impl Gates {
+    fn gate(&self, id: &str) -> Arc<Semaphore> {
+        self.gates.lock().unwrap().entry(id.to_owned()).or_insert_with(|| Arc::new(Semaphore::new(0))).clone()
+    }
+
+    fn open(&self, id: &str) {
+        self.gate(id).add_permits(1);
+    }
+
+    fn finished(&self) -> Vec<String> {
+        self.finished.lock().unwrap().clone()
+    }
+
+    async fn wait_started(&self, id: &str) {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.started.lock().unwrap().iter().any(|s| s == id) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                panic!("{id} did not start");
+            }
+        }
+    }
+}
+
+struct GatesHandler(Arc<Gates>);
+
+impl OperationHandler for GatesHandler {
+    fn handle(&self, _: ContextOperationKind, id: String) -> BoxFuture<'static, ()> {
+        let gates = self.0.clone();
+        async move {
+            gates.started.lock().unwrap().push(id.clone());
+            gates.changed.notify_waiters();
+            gates.gate(&id).acquire().await.expect("never closed").forget();
+            gates.finished.lock().unwrap().push(id);
+        }
+        .boxed()
+    }
+}
+
+/// Make the backend forget this test's workers, as a Redis flush or a lost registration
+/// does: their next fetch fails and the supervisor restarts them.
+async fn forget_workers(env: &Env) {
     match &env.db {
         Db::Sqlite(pool) => {
-            sqlx::query("DELETE FROM Workers WHERE worker_type = $1 AND NOT EXISTS (SELECT 1 FROM Jobs WHERE lock_by = Workers.id)")
-                .bind(env.queue_name(DELETE))
-                .execute(pool)
-                .await
-                .unwrap();
-            // Its finished rows still reference it: detach them so the row can go.
+            // Its rows still reference it: detach them so the row can go — in one
+            // transaction, or the worker could lock a row again in between.
+            let mut tx = pool.begin().await.unwrap();
             sqlx::query("UPDATE Jobs SET lock_by = NULL WHERE job_type = $1")
                 .bind(env.queue_name(DELETE))
-                .execute(pool)
+                .execute(&mut *tx)
                 .await
                 .unwrap();
             sqlx::query("DELETE FROM Workers WHERE worker_type = $1")
                 .bind(env.queue_name(DELETE))
-                .execute(pool)
+                .execute(&mut *tx)
                 .await
                 .unwrap();
+            tx.commit().await.unwrap();
         }
         Db::Postgres(_) => {
             let client = redis::Client::open(redis_url()).unwrap();
@@ -166,11 +262,6 @@ async fn workers_restart_after_the_backend_forgets_them(backend: Backend) {
             }
         }
     }
-
-    env.queue.push(DELETE, &OperationId::from_stored("after")).await.unwrap();
-    recorder.wait_for_ids(&["after".to_owned()]).await;
-    stop(shutdown, workers).await;
-    env.cleanup().await;
 }
 
 backend_tests!(
@@ -178,4 +269,5 @@ backend_tests!(
     shutdown_lets_running_handlers_finish,
     handlers_that_finish_together_at_shutdown_stop_promptly,
     workers_restart_after_the_backend_forgets_them,
+    a_shutdown_waits_for_handlers_of_a_restarted_worker,
 );
