@@ -4,7 +4,6 @@
 //! handlers the failed worker left running).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use context_jobs::contract::ContextOperationKind;
@@ -17,7 +16,6 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::{DEADLINE, DELETE, EXPORT, Env, Recorder, stop};
-use crate::harness::wait::poll_until;
 use crate::harness::{Backend, redis_url};
 
 async fn panics_and_garbage_do_not_stop_the_worker(backend: Backend) {
@@ -79,19 +77,20 @@ async fn shutdown_lets_running_handlers_finish(backend: Backend) {
 /// for its 30 s timeout, then failed ("did not finish its running handlers within 30s").
 async fn handlers_that_finish_together_at_shutdown_stop_promptly(backend: Backend) {
     let env = Env::with_concurrency(backend, 8).await;
-    let gate = Arc::new(Gate { running: AtomicUsize::new(0), finished: AtomicUsize::new(0), open: Semaphore::new(0) });
+    let gates = Arc::new(Gates::default());
     let shutdown = CancellationToken::new();
-    let workers = env.queue.spawn_workers(Arc::new(GateHandler(gate.clone())), shutdown.clone());
-    for i in 0..8 {
-        env.queue.push(DELETE, &OperationId::from_stored(format!("op{i}"))).await.unwrap();
+    let workers = env.queue.spawn_workers(Arc::new(GatesHandler(gates.clone())), shutdown.clone());
+    let ids: Vec<String> = (0..8).map(|i| format!("op{i}")).collect();
+    for id in &ids {
+        env.queue.push(DELETE, &OperationId::from_stored(id.as_str())).await.unwrap();
     }
-    poll_until("eight handlers running", DEADLINE, || async {
-        let running = gate.running.load(Ordering::SeqCst);
-        if running == 8 { Ok(()) } else { Err(format!("{running} running")) }
-    })
-    .await;
+    for id in &ids {
+        gates.wait_started(id).await;
+    }
     shutdown.cancel();
-    gate.open.add_permits(8);
+    for id in &ids {
+        gates.open(id);
+    }
     let started = Instant::now();
     tokio::time::timeout(Duration::from_secs(35), workers)
         .await
@@ -100,33 +99,12 @@ async fn handlers_that_finish_together_at_shutdown_stop_promptly(backend: Backen
         .expect("workers stopped cleanly");
     let took = started.elapsed();
     assert!(took < Duration::from_secs(5), "the stop took {took:?}");
-    assert_eq!(gate.finished.load(Ordering::SeqCst), 8);
+    assert_eq!(gates.finished().len(), 8);
     // Acknowledged, or (when apalis could not) released back to the queue: none is left
     // held by the stopped worker.
     let depth = env.queue.depth(DELETE).await.unwrap();
     assert_eq!(depth.inflight, 0, "{depth:?}");
     env.cleanup().await;
-}
-
-/// Handlers that count themselves running, then wait for the gate.
-struct Gate {
-    running: AtomicUsize,
-    finished: AtomicUsize,
-    open: Semaphore,
-}
-
-struct GateHandler(Arc<Gate>);
-
-impl OperationHandler for GateHandler {
-    fn handle(&self, _: ContextOperationKind, _: String) -> BoxFuture<'static, ()> {
-        let gate = self.0.clone();
-        async move {
-            gate.running.fetch_add(1, Ordering::SeqCst);
-            gate.open.acquire().await.expect("the gate is never closed").forget();
-            gate.finished.fetch_add(1, Ordering::SeqCst);
-        }
-        .boxed()
-    }
 }
 
 async fn workers_restart_after_the_backend_forgets_them(backend: Backend) {
