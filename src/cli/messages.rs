@@ -34,12 +34,14 @@ pub async fn append(ctx: &Ctx, args: &AppendArgs) -> CliResult<Exit> {
         }
         let record: ConversationRecord = serde_json::from_str(&line)
             .map_err(|e| CliError::Usage(format!("{name}:{}: not a ConversationRecord: {e}", n + 1)))?;
-        // Leave room for the request's envelope.
-        if batch.len() == args.batch || (!batch.is_empty() && batch_bytes + line.len() + 64 > MAX_APPEND_BYTES) {
+        // Counted as it is sent, not as the line read: the record gains the fields the
+        // line left out (`sequence`, `createdAtMs`: ~30 bytes each, 15 KB over 500).
+        let sent = serde_json::to_vec(&record).map_or(line.len(), |bytes| bytes.len());
+        if batch.len() == args.batch || (!batch.is_empty() && batch_bytes + sent + ENVELOPE_BYTES > MAX_APPEND_BYTES) {
             send(ctx, std::mem::take(&mut batch), &mut total).await?;
             batch_bytes = 0;
         }
-        batch_bytes += line.len() + 1;
+        batch_bytes += sent + 1;
         batch.push(record);
     }
     if !batch.is_empty() {
@@ -52,6 +54,9 @@ pub async fn append(ctx: &Ctx, args: &AppendArgs) -> CliResult<Exit> {
     }
     Ok(Exit::Ok)
 }
+
+/// `{"messages":[` and `]}` around a batch's records.
+const ENVELOPE_BYTES: usize = 16;
 
 async fn send(ctx: &Ctx, messages: Vec<ConversationRecord>, total: &mut AppendResponse) -> CliResult<()> {
     let reply: AppendResponse = ctx.client.post(MESSAGES_APPEND_PATH, &AppendMessagesRequest { messages }).await?;

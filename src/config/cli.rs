@@ -16,11 +16,14 @@ pub fn parse() -> Cli {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => e.exit(),
         Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
-        Err(e) => {
-            eprintln!("context-ops: error: {}", usage_error(&e));
-            std::process::exit(2)
-        }
+        Err(e) => exit_usage(&e),
     }
+}
+
+/// Print a usage error on one line and exit 2.
+pub(super) fn exit_usage(e: &clap::Error) -> ! {
+    eprintln!("context-ops: error: {}", usage_error(e));
+    std::process::exit(2)
 }
 
 /// `invalid value 'abc' for --batch-size / CONTEXT_OPS_BATCH_SIZE: invalid digit found in

@@ -219,7 +219,8 @@ pub struct Config {
 fn defaults<G: Args + FromArgMatches>() -> G {
     let command = G::augment_args(clap::Command::new("defaults").no_binary_name(true));
     let matches = command.try_get_matches_from(std::iter::empty::<&str>());
-    matches.and_then(|m| G::from_arg_matches(&m)).unwrap_or_else(|e| e.exit())
+    // A bad value of a group this subcommand does not take is reported like one it takes.
+    matches.and_then(|m| G::from_arg_matches(&m)).unwrap_or_else(|e| cli::exit_usage(&e))
 }
 
 impl Command {
@@ -309,6 +310,7 @@ impl Config {
         anyhow::ensure!(w.batch_size >= 1, "CONTEXT_OPS_BATCH_SIZE must be at least 1");
         anyhow::ensure!(w.worker_concurrency >= 1, "CONTEXT_OPS_WORKER_CONCURRENCY must be at least 1");
         anyhow::ensure!(self.http.wait_recheck_ms >= 1, "CONTEXT_OPS_WAIT_RECHECK_MS must be at least 1");
+        anyhow::ensure!(self.queue.dispatch_interval_ms >= 1, "CONTEXT_OPS_DISPATCH_INTERVAL_MS must be at least 1");
         anyhow::ensure!(self.http.max_event_streams >= 1, "CONTEXT_OPS_MAX_EVENT_STREAMS must be at least 1");
         anyhow::ensure!(self.http.events_heartbeat_ms >= 10, "CONTEXT_OPS_EVENTS_HEARTBEAT_MS must be at least 10");
         anyhow::ensure!(self.database.db_max_connections >= 2, "CONTEXT_OPS_DB_MAX_CONNECTIONS must be at least 2");

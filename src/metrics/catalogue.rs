@@ -25,7 +25,10 @@ pub(super) fn describe() {
         (RETRIES, "Operation attempts that failed transiently and were re-queued with backoff."),
         (LEASE_RECOVERIES, "Orphaned operations recovered (their owner fell silent or their lease expired)."),
         (DUPLICATE_DELIVERIES, "Queue deliveries of an operation that another worker already had or had finished."),
-        (DISPATCHED, "Operations the dispatcher pushed to the queue, by reason (queued, lease_expired)."),
+        (
+            DISPATCHED,
+            "Operations pushed to the queue by the dispatcher or a resume, by reason (queued, lease_expired, resumed).",
+        ),
         (PRUNED, "Terminal operations deleted after their retention period."),
         (INFERENCE_TOKENS, "Provider tokens used by inference turns, by direction (input, output)."),
         (INFERENCE_OUTCOMES, "Finished inference turns by outcome (completed, refused, cancelled, or an error code)."),
@@ -109,7 +112,7 @@ pub(super) fn register_zeros() {
         {
             metrics::counter!(OPERATIONS_FINISHED, "kind" => kind, "outcome" => outcome.as_str()).increment(0);
         }
-        for reason in [ContextOperationState::Queued.as_str(), ErrorCode::LeaseExpired.as_str()] {
+        for reason in [ContextOperationState::Queued.as_str(), ErrorCode::LeaseExpired.as_str(), DISPATCHED_RESUMED] {
             metrics::counter!(DISPATCHED, "kind" => kind, "reason" => reason).increment(0);
         }
         for outcome in ["ok", "error"] {

@@ -86,6 +86,9 @@ pub const RETRIES: &str = "context_ops_operation_retries_total";
 pub const LEASE_RECOVERIES: &str = "context_ops_lease_recoveries_total";
 pub const DUPLICATE_DELIVERIES: &str = "context_ops_duplicate_deliveries_total";
 pub const DISPATCHED: &str = "context_ops_dispatcher_pushes_total";
+/// The `reason` of [`DISPATCHED`] for work a resume pushes (besides `queued` and
+/// `lease_expired`).
+pub const DISPATCHED_RESUMED: &str = "resumed";
 pub const OPERATIONS_GAUGE: &str = "context_ops_operations";
 pub const QUEUE_DEPTH: &str = "context_ops_queue_depth";
 pub const OLDEST_QUEUED: &str = "context_ops_oldest_queued_timestamp_seconds";

@@ -145,7 +145,7 @@ pub fn spawn_resume_pushes(db: Db, queue: Queue, kind: ContextOperationKind, ten
                     "pushing resumed work failed; the dispatcher will"
                 );
             }
-            metrics::counter!(m::DISPATCHED, "kind" => kind.as_str(), "reason" => "resumed")
+            metrics::counter!(m::DISPATCHED, "kind" => kind.as_str(), "reason" => m::DISPATCHED_RESUMED)
                 .increment(ids.len() as u64);
             if ids.len() < RESUME_PAGE as usize {
                 return;

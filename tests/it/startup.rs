@@ -219,6 +219,25 @@ async fn a_bad_value_names_the_flag_and_the_variable_in_one_line() {
     let cmd = command(dir.path(), &["worker", "--lease-secs", "soon"]);
     let line = assert_usage_error(&run(cmd, dir.path(), Duration::from_secs(5)).await);
     assert!(line.contains("--lease-secs") && line.contains("CONTEXT_OPS_LEASE_SECS"), "{line}");
+    // The same for a group the subcommand takes from the environment only (`api` runs no
+    // workers, yet reads their settings): clap's own three lines before.
+    let mut cmd = command(dir.path(), &["api"]);
+    cmd.env("CONTEXT_OPS_BATCH_SIZE", "abc");
+    let line = assert_usage_error(&run(cmd, dir.path(), Duration::from_secs(5)).await);
+    assert!(line.contains("--batch-size") && line.contains("CONTEXT_OPS_BATCH_SIZE"), "{line}");
+}
+
+/// A value the type takes but the service cannot run with is one line too (a zero dispatch
+/// interval panicked in the dispatcher's task, after the process had reported ready).
+#[tokio::test]
+async fn a_zero_dispatch_interval_fails_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = command(dir.path(), &["serve"]);
+    cmd.env("DATABASE_URL", format!("sqlite:{}", dir.path().join("x.sqlite").display()));
+    cmd.env("CONTEXT_OPS_DISPATCH_INTERVAL_MS", "0");
+    let run = run(cmd, dir.path(), Duration::from_secs(5)).await;
+    let line = assert_one_line_failure(&run);
+    assert!(line.contains("CONTEXT_OPS_DISPATCH_INTERVAL_MS must be at least 1"), "{line}");
 }
 
 #[tokio::test]

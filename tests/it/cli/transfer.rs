@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use context_jobs::artifact::{ARTIFACT_UPLOAD_CHUNK_PATH, ARTIFACT_UPLOADS_PATH, ArtifactInfo};
-use context_jobs::contract::{AppendResponse, ContextOperationState, MessagesResponse};
+use context_jobs::contract::{AppendResponse, ContextOperationState, MAX_APPEND_BYTES, MessagesResponse};
 use context_jobs::operation::view::OperationView;
 use serde_json::{Value, json};
 
@@ -151,6 +151,20 @@ async fn append_recent_and_search(backend: Backend) {
     std::fs::write(&file, format!("{}\nnot json\n", lines[0])).unwrap();
     let bad = cli.run(&["append", path]).await.expect(2);
     assert!(bad.stderr.contains("messages.jsonl:2"), "{}", bad.stderr);
+    // 500 lines that fit the 8 MiB limit as read, not as sent (each record gains its
+    // `sequence` and `createdAtMs`): the batch is cut by what is sent, so no 413.
+    let big = |i: usize| {
+        let line = json!({"id": format!("b{i:03}"), "scope": {"conversationId": "big"}, "role": "user", "content": ""})
+            .to_string();
+        let pad = 16_770 - line.len();
+        json!({"id": format!("b{i:03}"), "scope": {"conversationId": "big"}, "role": "user", "content": "x".repeat(pad)})
+            .to_string()
+    };
+    let lines: Vec<String> = (0..500).map(big).collect();
+    assert!(lines.iter().map(|l| l.len() + 1).sum::<usize>() + 64 < MAX_APPEND_BYTES, "the lines fit as read");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let appended: AppendResponse = cli.json(&["append", path]).await;
+    assert_eq!((appended.appended, appended.skipped), (500, 0));
 }
 
 backend_tests!(backend:
