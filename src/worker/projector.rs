@@ -14,10 +14,13 @@ use crate::embedder::Embedder;
 use crate::store::vectors::reads::stale_tenant;
 use crate::store::vectors::{VectorBatch, encode_all, walk_page, writes};
 use crate::store::{Db, StoreError, StoreResult, maintenance};
+use context_jobs::ids::TenantKey;
 
 const PROJECTOR_NAME: &str = maintenance::PROJECTOR;
 const BATCH: usize = 500;
 const MAX_BATCHES_PER_TICK: usize = 20;
+/// Tenants whose embedding may fail in one tick before it ends.
+const MAX_FAILURES_PER_TICK: usize = 3;
 /// A tick's claim: long enough for its batches, short enough that a dead holder's claim
 /// lapses quickly.
 const TICK_LEASE_MS: i64 = 30_000;
@@ -65,13 +68,30 @@ pub async fn run_tick(db: &Db, embedder: &Embedder, holder: &str, period_ms: i64
 
 async fn drain(db: &Db, embedder: &Embedder) -> StoreResult<u64> {
     let mut written = 0u64;
+    // Tenants whose embedding failed this tick, skipped for the rest of it: a tenant whose
+    // entry the provider refuses is first in line again at every tick (its projection time
+    // does not move), and failing the tick there held every other tenant back for good.
+    let mut failed: Vec<TenantKey> = Vec::new();
+    let mut first_error = None;
     for _ in 0..MAX_BATCHES_PER_TICK {
         // One tenant's next stale page: the walk from its watermark.
-        let Some((tenant, watermark)) = stale_tenant(db).await? else { break };
+        let Some((tenant, watermark)) = stale_tenant(db, &failed).await? else { break };
         let page = walk_page(db, &tenant, watermark, BATCH as i64).await?;
         let texts = crate::store::vectors::texts(&page.items);
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let vectors = embedder.embed(&refs).await.map_err(|e| StoreError::Other(e.into()))?;
+        let vectors = match embedder.embed(&refs).await {
+            Ok(vectors) => vectors,
+            Err(e) => {
+                tracing::warn!(tenant = %tenant, error = %format!("{e:#}"), "projector: embedding failed; the tenant waits for the next tick");
+                failed.push(tenant);
+                first_error.get_or_insert(StoreError::Other(e.into()));
+                // A provider that is down fails every tenant: stop after a few.
+                if failed.len() >= MAX_FAILURES_PER_TICK {
+                    break;
+                }
+                continue;
+            }
+        };
         let (dim, blobs) = encode_all(&vectors);
         let batch = VectorBatch {
             covered_through: Some(page.covered_through),
@@ -83,5 +103,8 @@ async fn drain(db: &Db, embedder: &Embedder) -> StoreResult<u64> {
         written += writes::write(&mut tx, &batch).await?.vectors;
         tx.commit().await?;
     }
-    Ok(written)
+    match first_error {
+        Some(e) if written == 0 => Err(e),
+        _ => Ok(written),
+    }
 }

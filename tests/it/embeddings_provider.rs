@@ -34,6 +34,10 @@ async fn embeddings(State(fake): State<Fake>, headers: HeaderMap, Json(body): Js
     let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
     fake.seen.lock().unwrap().push((auth, body.clone()));
     let status = fake.status.load(Ordering::SeqCst);
+    // An input the provider refuses (as an over-long one would be): 400.
+    let poisoned =
+        body["input"].as_array().is_some_and(|i| i.iter().any(|t| t.as_str().is_some_and(|t| t.contains("POISON"))));
+    let status = if poisoned { 400 } else { status };
     if status != 200 {
         return (StatusCode::from_u16(status).unwrap(), Json(json!({"error": {"message": "nope"}}))).into_response();
     }
@@ -127,5 +131,46 @@ async fn openai_compatible_embedder() {
         "{op:?}"
     );
     assert!(!op.error.as_deref().unwrap().contains("sk-test-key"));
+    app.stop().await;
+}
+
+/// One tenant's entry the provider refuses does not hold the other tenants' projection back
+/// (the projector picked that tenant first on every tick and failed there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_the_provider_refuses_does_not_stop_the_others() {
+    let (_fake, addr) = start_fake().await;
+    let app = TestApp::start_with(Backend::Sqlite, |c| {
+        crate::harness::jwt::jwt_mode(c);
+        c.embedder.embedder = context_ops::config::EmbedderKind::Openai;
+        c.embedder.embeddings_base_url = Some(format!("http://{addr}"));
+        c.embedder.embeddings_api_key = Some("sk-test-key".into());
+        c.embedder.embeddings_model = "fake-embed-1".into();
+        c.embedder.embedding_dim = 64;
+        c.embedder.projector_interval_ms = 50;
+    })
+    .await;
+    // Tenant `a` is first in the projector's order (both never projected; by name).
+    let (a, b) = (crate::harness::jwt::tenant_token("a"), crate::harness::jwt::tenant_token("b"));
+    for (token, text) in [(&a, "POISON pill"), (&b, "green tea preference")] {
+        let entry = json!({"id": "e", "kind": "fact", "content": text, "version": 0, "status": "active",
+                           "provenance": {"conversationId": "c"}, "createdAtMs": 0, "updatedAtMs": 0});
+        let (status, body) = app.post_as(Some(token), "/internal/v1/context/entries", &json!({"entry": entry})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let lag = |token: String| {
+        let app = &app;
+        async move {
+            let (_, body) = app.get_as(Some(&token), "/internal/v1/context/maintenance/status").await;
+            body["indexWatermark"]["lag"].as_i64().unwrap_or(-1)
+        }
+    };
+    poll_until("tenant b projected", Duration::from_secs(30), || async {
+        match lag(b.clone()).await {
+            0 => Ok(()),
+            other => Err(format!("lag {other}")),
+        }
+    })
+    .await;
+    assert_eq!(lag(a.clone()).await, 1, "the refused entry stays stale");
     app.stop().await;
 }

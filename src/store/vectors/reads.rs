@@ -79,14 +79,18 @@ pub async fn walk_page(db: &Db, tenant: &TenantKey, after: i64, limit: i64) -> S
 
 /// A tenant whose watermark is behind its head — the one projected longest ago — and its
 /// watermark (the projector's next walk).
-pub async fn stale_tenant(db: &Db) -> StoreResult<Option<(TenantKey, i64)>> {
-    let row: Option<(String, i64)> = query(
+pub async fn stale_tenant(db: &Db, skip: &[TenantKey]) -> StoreResult<Option<(TenantKey, i64)>> {
+    let rows: Vec<(String, i64)> = query(AssertSqlSafe(format!(
         "SELECT tenant, projected_seq FROM context_entry_heads WHERE projected_seq < source_version \
-         ORDER BY projected_at_ms, tenant LIMIT 1",
-    )
-    .fetch_optional(db)
+         ORDER BY projected_at_ms, tenant LIMIT {}",
+        skip.len() + 1
+    )))
+    .fetch_all(db)
     .await?;
-    Ok(row.map(|(tenant, seq)| (TenantKey::from_stored(tenant), seq)))
+    Ok(rows
+        .into_iter()
+        .find(|(tenant, _)| !skip.iter().any(|s| s.as_str() == tenant))
+        .map(|(tenant, seq)| (TenantKey::from_stored(tenant), seq)))
 }
 
 /// The tenant's watermark: every active entry at or below it has a current vector.
