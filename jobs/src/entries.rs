@@ -73,6 +73,13 @@ pub fn validate_entry(entry: &ContextInsight) -> Result<(), EntryRuleError> {
 /// signed 64-bit column, and JSON clients read larger numbers inexactly anyway.
 pub const MAX_IMPORTED_VERSION: u64 = (1 << 53) - 1;
 
+/// The version an import stores an entry at: the one given, except 0 — what a put body
+/// carries, where the version is the server's — stored as 1, an entry's first version.
+/// (At 0 no later write could name it: `expectedVersion` 0 means "create".)
+pub fn imported_version(version: u64) -> u64 {
+    version.max(1)
+}
+
 /// An imported entry: [`validate_entry`], and its `version`, which an import keeps.
 pub fn validate_imported_entry(entry: &ContextInsight) -> Result<(), EntryRuleError> {
     validate_entry(entry)?;

@@ -99,10 +99,14 @@ pub fn validate_request(r: &crate::contract::RecallContextRequest) -> Result<Wei
     Ok(weights)
 }
 
+/// The largest weight: weights are relative, and two near `f64::MAX` made a score of
+/// infinity, which JSON writes as `null` (a client of the contract's `f64` fails on it).
+pub const MAX_WEIGHT: f64 = 1e6;
+
 pub fn validate_weights(w: Weights) -> Result<(), String> {
     for (name, v) in [("lexicalWeight", w.lexical), ("vectorWeight", w.vector)] {
-        if !v.is_finite() || v < 0.0 {
-            return Err(format!("{name} must be a finite number >= 0"));
+        if !v.is_finite() || !(0.0..=MAX_WEIGHT).contains(&v) {
+            return Err(format!("{name} must be a number from 0 to {MAX_WEIGHT}"));
         }
     }
     Ok(())
@@ -180,5 +184,7 @@ mod tests {
         assert_eq!(query_terms("Kafka kafka the Clusters cluster"), ["kafka", "cluster"]);
         assert!(validate_weights(Weights { lexical: -1.0, vector: 0.0 }).is_err());
         assert!(validate_weights(Weights { lexical: f64::NAN, vector: 0.0 }).is_err());
+        assert!(validate_weights(Weights { lexical: 1.7e308, vector: 1.7e308 }).is_err());
+        assert!(validate_weights(Weights { lexical: MAX_WEIGHT, vector: MAX_WEIGHT }).is_ok());
     }
 }

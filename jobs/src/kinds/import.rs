@@ -10,7 +10,7 @@ use crate::contract::{
     ContextInsight, ContextOperationKind, ConversationIdMap, ConversationRecord, ImportContextRequest,
     MAX_APPEND_MESSAGES, validate_append,
 };
-use crate::entries::{EntryRuleError, validate_imported_entry};
+use crate::entries::{EntryRuleError, imported_version, validate_imported_entry};
 
 pub struct Import;
 
@@ -127,11 +127,12 @@ impl Import {
                     )
                     .into());
                 }
-                for (i, entry) in submission.entries.iter().enumerate() {
+                for (i, entry) in submission.entries.iter_mut().enumerate() {
                     validate_imported_entry(entry).map_err(|e| match e {
                         EntryRuleError::Invalid(m) => Rejection::Invalid(format!("entries[{i}]: {m}")),
                         EntryRuleError::PayloadTooLarge(m) => Rejection::TooLarge(format!("entries[{i}]: {m}")),
                     })?;
+                    entry.version = imported_version(entry.version);
                 }
             }
         }
@@ -145,10 +146,14 @@ impl Import {
         Ok((args, key))
     }
 
-    /// An artifact record as this import writes it: renamed by the map, if any. The
+    /// An artifact record as this import writes it: renamed by the map, if any, an entry's
+    /// version 0 stored as 1 ([`imported_version`]). The
     /// validating pass and the importing pass both call this, so a rename that makes a
     /// record invalid fails validation, before anything is written. `Err` is the reason.
     pub fn prepare_record(args: &ImportArgs, record: &mut Record) -> Result<(), String> {
+        if let Record::Entry(e) = record {
+            e.version = imported_version(e.version);
+        }
         let Some(map) = &args.conversation_id_map else { return Ok(()) };
         match record {
             Record::Message(m) => map.message(m),

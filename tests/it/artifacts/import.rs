@@ -127,6 +127,11 @@ async fn inline_import_sequences_idempotency_and_validation(app: TestApp) {
     assert_eq!(stored, expected, "after the existing messages, in the given order");
     let (status, e) = app.post("/internal/v1/context/entries/get", &json!({"entryId": "ie-1"})).await;
     assert_eq!((status, e["content"].as_str()), (200, Some("imported fact")));
+    // Given at version 0 (as a put body carries it), stored at 1, so it can be corrected.
+    assert_eq!(e["version"], 1, "{e}");
+    let correct = json!({"entryId": "ie-1", "expectedVersion": 1, "content": "corrected fact"});
+    let (status, corrected) = app.post("/internal/v1/context/entries/correct", &correct).await;
+    assert_eq!((status, &corrected["version"]), (200, &json!(2)), "{corrected}");
 
     // The generic submission path takes the same request.
     let advanced =
