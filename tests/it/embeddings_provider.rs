@@ -67,6 +67,16 @@ async fn start_fake() -> (Fake, SocketAddr) {
     (fake, addr)
 }
 
+/// The OpenAI-compatible embedder pointed at the fake on `addr`, projecting every 50 ms.
+fn use_fake(c: &mut context_ops::config::Config, addr: SocketAddr) {
+    c.embedder.embedder = context_ops::config::EmbedderKind::Openai;
+    c.embedder.embeddings_base_url = Some(format!("http://{addr}"));
+    c.embedder.embeddings_api_key = Some("sk-test-key".into());
+    c.embedder.embeddings_model = "fake-embed-1".into();
+    c.embedder.embedding_dim = 64;
+    c.embedder.projector_interval_ms = 50;
+}
+
 async fn wait_lag_zero(app: &TestApp, source: u64) {
     poll_until("the projection to catch up", Duration::from_secs(30), || async {
         let (_, body) = app.get("/internal/v1/context/maintenance/status").await;
@@ -79,15 +89,7 @@ async fn wait_lag_zero(app: &TestApp, source: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_compatible_embedder() {
     let (fake, addr) = start_fake().await;
-    let app = TestApp::start_with(Backend::Sqlite, |c| {
-        c.embedder.embedder = context_ops::config::EmbedderKind::Openai;
-        c.embedder.embeddings_base_url = Some(format!("http://{addr}"));
-        c.embedder.embeddings_api_key = Some("sk-test-key".into());
-        c.embedder.embeddings_model = "fake-embed-1".into();
-        c.embedder.embedding_dim = 64;
-        c.embedder.projector_interval_ms = 50;
-    })
-    .await;
+    let app = TestApp::start_with(Backend::Sqlite, |c| use_fake(c, addr)).await;
     for (id, text) in [("k", "Kafka brokers cluster"), ("t", "green tea preference"), ("p", "postgres backups nightly")]
     {
         let entry = json!({"id": id, "kind": "fact", "content": text, "version": 0, "status": "active",
@@ -141,12 +143,7 @@ async fn a_tenant_the_provider_refuses_does_not_stop_the_others() {
     let (_fake, addr) = start_fake().await;
     let app = TestApp::start_with(Backend::Sqlite, |c| {
         crate::harness::jwt::jwt_mode(c);
-        c.embedder.embedder = context_ops::config::EmbedderKind::Openai;
-        c.embedder.embeddings_base_url = Some(format!("http://{addr}"));
-        c.embedder.embeddings_api_key = Some("sk-test-key".into());
-        c.embedder.embeddings_model = "fake-embed-1".into();
-        c.embedder.embedding_dim = 64;
-        c.embedder.projector_interval_ms = 50;
+        use_fake(c, addr);
     })
     .await;
     // Tenant `a` is first in the projector's order (both never projected; by name).
