@@ -265,8 +265,28 @@ pub fn validate_roles(roles: &[String]) -> Result<(), String> {
     }
 }
 
-/// Validate one append batch as a whole: the batch is atomic, so one bad record rejects all.
-pub fn validate_append(records: &[ConversationRecord]) -> Result<(), String> {
+/// The most bytes a message's key may take: the tenant key (`"{tenantId}/{projectId}"`),
+/// its conversation id and its id together. PostgreSQL indexes messages by those three and
+/// refuses an index row above 2,704 bytes; ids are limited in characters, so ids of 191
+/// four-byte characters each would reach ~3,080 bytes (a 500). The rule is the same on
+/// both engines, and only such ids meet it: 2,600 bytes is, for instance, a 191-character
+/// CJK tenant, project, conversation and message id together.
+pub const MAX_MESSAGE_KEY_BYTES: usize = 2_600;
+
+/// A record's key fits [`MAX_MESSAGE_KEY_BYTES`] under `tenant` (the tenant key's text).
+pub fn validate_message_key(tenant: &str, r: &ConversationRecord) -> Result<(), String> {
+    let bytes = tenant.len() + r.scope.conversation_id.len() + r.id.len();
+    if bytes > MAX_MESSAGE_KEY_BYTES {
+        return Err(format!(
+            "id: the tenant, project, scope.conversationId and id take {bytes} bytes (UTF-8) together; at most {MAX_MESSAGE_KEY_BYTES}"
+        ));
+    }
+    Ok(())
+}
+
+/// Validate one append batch of `tenant` (the tenant key's text) as a whole: the batch is
+/// atomic, so one bad record rejects all.
+pub fn validate_append(tenant: &str, records: &[ConversationRecord]) -> Result<(), String> {
     if records.is_empty() {
         return Err("messages must not be empty".into());
     }
@@ -274,7 +294,7 @@ pub fn validate_append(records: &[ConversationRecord]) -> Result<(), String> {
         return Err(format!("an append carries at most {MAX_APPEND_MESSAGES} messages, got {}", records.len()));
     }
     for (i, r) in records.iter().enumerate() {
-        validate_record(r).map_err(|e| format!("messages[{i}].{e}"))?;
+        validate_record(r).and_then(|()| validate_message_key(tenant, r)).map_err(|e| format!("messages[{i}].{e}"))?;
     }
     Ok(())
 }
@@ -361,15 +381,47 @@ mod tests {
             created_at_ms: 0,
             metadata: Value::Null,
         };
-        assert!(validate_append(std::slice::from_ref(&ok)).is_ok());
-        assert!(validate_append(&[]).is_err());
+        assert!(validate_append(T, std::slice::from_ref(&ok)).is_ok());
+        assert!(validate_append(T, &[]).is_err());
         let mut bad_role = ok.clone();
         bad_role.role = "wizard".into();
-        assert!(validate_append(&[ok.clone(), bad_role]).is_err());
+        assert!(validate_append(T, &[ok.clone(), bad_role]).is_err());
         let mut long_id = ok.clone();
         long_id.id = "x".repeat(MAX_RESOURCE_ID_CHARS + 1);
-        assert!(validate_append(&[long_id]).is_err());
-        assert!(validate_append(&vec![ok; MAX_APPEND_MESSAGES + 1]).is_err());
+        assert!(validate_append(T, &[long_id]).is_err());
+        assert!(validate_append(T, &vec![ok; MAX_APPEND_MESSAGES + 1]).is_err());
         assert!(validate_search_query(&"q".repeat(MAX_SEARCH_QUERY_BYTES + 1)).is_err());
+    }
+
+    const T: &str = "default/default";
+
+    #[test]
+    fn a_message_key_fits_postgresql_index_rows() {
+        let four = |n| "\u{1F600}".repeat(n);
+        let mut r = ConversationRecord {
+            id: four(MAX_RESOURCE_ID_CHARS),
+            scope: ConversationScope::conversation(&four(MAX_RESOURCE_ID_CHARS)),
+            role: "user".into(),
+            content: json!("x"),
+            name: None,
+            tool_call_id: None,
+            sequence: 0,
+            created_at_ms: 0,
+            metadata: Value::Null,
+        };
+        assert!(validate_append(T, std::slice::from_ref(&r)).is_ok());
+        // Every id at 191 characters of three bytes (CJK) fits.
+        let three = "\u{4E2D}".repeat(MAX_RESOURCE_ID_CHARS);
+        let cjk_tenant = format!("{three}/{three}");
+        let mut cjk = r.clone();
+        (cjk.id, cjk.scope.conversation_id) = (three.clone(), three);
+        assert!(validate_append(&cjk_tenant, std::slice::from_ref(&cjk)).is_ok());
+        // Four-byte ids everywhere do not.
+        let big_tenant = format!("{0}/{0}", four(MAX_RESOURCE_ID_CHARS));
+        let err = validate_append(&big_tenant, std::slice::from_ref(&r)).unwrap_err();
+        assert!(err.starts_with("messages[0].id: "), "{err}");
+        assert!(err.contains("3057 bytes"), "{err}");
+        r.id = "m".into();
+        assert!(validate_append(&big_tenant, &[r]).is_ok());
     }
 }

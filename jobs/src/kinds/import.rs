@@ -8,7 +8,7 @@ use super::{Kind, Rejection, request_variant};
 use crate::artifact::Record;
 use crate::contract::{
     ContextInsight, ContextOperationKind, ConversationIdMap, ConversationRecord, ImportContextRequest,
-    MAX_APPEND_MESSAGES, validate_append,
+    MAX_APPEND_MESSAGES, validate_append, validate_message_key,
 };
 use crate::entries::{EntryRuleError, imported_version, validate_imported_entry};
 
@@ -88,10 +88,11 @@ impl Kind for Import {
 }
 
 impl Import {
-    /// Validate a submission: exactly one source; inline records obey the append limits.
-    /// Returns the args and the (required) idempotency key. Whether an `artifactRef`
-    /// names a ready artifact of the tenant is the shell's check.
-    pub fn args(submission: ImportContextRequest) -> Result<(ImportArgs, String), Rejection> {
+    /// Validate a submission of `tenant` (the tenant key's text): exactly one source;
+    /// inline records obey the append limits. Returns the args and the (required)
+    /// idempotency key. Whether an `artifactRef` names a ready artifact of the tenant is
+    /// the shell's check.
+    pub fn args(tenant: &str, submission: ImportContextRequest) -> Result<(ImportArgs, String), Rejection> {
         let key = crate::operation::validate_idempotency_key(&submission.idempotency_key)?;
         let mut submission = submission;
         let map = submission.conversation_id_map.take();
@@ -118,7 +119,7 @@ impl Import {
                     }
                 }
                 if !submission.messages.is_empty() {
-                    validate_append(&submission.messages)?;
+                    validate_append(tenant, &submission.messages)?;
                 }
                 if submission.entries.len() > MAX_APPEND_MESSAGES {
                     return Err(format!(
@@ -146,18 +147,24 @@ impl Import {
         Ok((args, key))
     }
 
-    /// An artifact record as this import writes it: renamed by the map, if any, an entry's
-    /// version 0 stored as 1 ([`imported_version`]). The
+    /// An artifact record as this import writes it into `tenant` (the tenant key's
+    /// text): renamed by the map, if any, an entry's version 0 stored as 1
+    /// ([`imported_version`]), a message's key within [`validate_message_key`]'s bound. The
     /// validating pass and the importing pass both call this, so a rename that makes a
     /// record invalid fails validation, before anything is written. `Err` is the reason.
-    pub fn prepare_record(args: &ImportArgs, record: &mut Record) -> Result<(), String> {
+    pub fn prepare_record(args: &ImportArgs, tenant: &str, record: &mut Record) -> Result<(), String> {
         if let Record::Entry(e) = record {
             e.version = imported_version(e.version);
         }
-        let Some(map) = &args.conversation_id_map else { return Ok(()) };
+        if let Some(map) = &args.conversation_id_map {
+            match record {
+                Record::Message(m) => map.message(m)?,
+                Record::Entry(e) => map.entry(e)?,
+            }
+        }
         match record {
-            Record::Message(m) => map.message(m),
-            Record::Entry(e) => map.entry(e),
+            Record::Message(m) => validate_message_key(tenant, m),
+            Record::Entry(_) => Ok(()),
         }
     }
 }

@@ -47,7 +47,7 @@ async fn append(
     caller: Caller,
     AppendJson(request): AppendJson<AppendMessagesRequest>,
 ) -> ApiResult<ApiJson<AppendResponse>> {
-    validate_append(&request.messages).map_err(AppError::BadRequest)?;
+    validate_append(caller.tenant.as_str(), &request.messages).map_err(AppError::BadRequest)?;
     let response = store::append(&state.db, &caller.tenant, &request.messages).await?;
     metrics::counter!(MESSAGES_APPENDED).increment(response.appended as u64);
     metrics::counter!(MESSAGES_SKIPPED).increment(response.skipped as u64);

@@ -46,7 +46,7 @@ impl Job for Import {
     /// The core checks the sources and limits; here an `artifactRef` must name a ready
     /// artifact of the caller's tenant (else 404/409).
     async fn prepare(ctx: &SubmitCtx<'_>, submission: ImportContextRequest) -> Result<Prepared, SubmitError> {
-        let (args, key) = Import::args(submission)?;
+        let (args, key) = Import::args(ctx.tenant.as_str(), submission)?;
         if let Some(id) = &args.artifact_ref {
             let id = ArtifactId::from_stored(id.as_str());
             let row = artifacts::get(ctx.db, ctx.tenant, &id)
@@ -133,7 +133,7 @@ fn validate(
     artifact: &ArtifactRow,
 ) -> impl Future<Output = Result<u64, JobError>> + Send + 'static {
     let mut pieces = spawn_fetcher(&ctx.db, artifact, 0);
-    let (args, shutdown) = (args.clone(), ctx.shutdown.clone());
+    let (args, shutdown, tenant) = (args.clone(), ctx.shutdown.clone(), ctx.tenant().clone());
     let expected = artifact.digest.clone().unwrap_or_default();
     async move {
         let mut decoder = Decoder::new();
@@ -143,7 +143,7 @@ fn validate(
             decoder.feed(&piece, &mut scratch).map_err(malformed)?;
             pieces.give(piece);
             for decoded in &mut scratch {
-                prepare(&args, decoded)?;
+                prepare(&args, &tenant, decoded)?;
             }
             scratch.clear();
             if shutdown.is_cancelled() {
@@ -301,8 +301,8 @@ fn progress(phase: &'static str, checkpoint: &ImportCheckpoint, total: u64) -> R
 }
 
 /// A record as the import writes it (renamed), or the line's failure.
-pub(super) fn prepare(args: &ImportArgs, decoded: &mut Decoded) -> Result<(), JobError> {
-    Import::prepare_record(args, &mut decoded.record).map_err(|e| {
+pub(super) fn prepare(args: &ImportArgs, tenant: &TenantKey, decoded: &mut Decoded) -> Result<(), JobError> {
+    Import::prepare_record(args, tenant.as_str(), &mut decoded.record).map_err(|e| {
         JobError::permanent(ErrorCode::ArtifactBadLine, format!("malformed artifact: line {}: {e}", decoded.line))
     })
 }

@@ -53,7 +53,7 @@ pub(super) fn spawn_decoder(
     } else {
         Decoder::resume(checkpoint.offset, checkpoint.line, checkpoint.messages_read, checkpoint.entries_read)
     });
-    let args = args.clone();
+    let (args, tenant) = (args.clone(), ctx.tenant().clone());
     tokio::spawn(async move {
         // Records are prepared and serialised as they are decoded, so a batch exists once,
         // in its stored form (not also as decoded records).
@@ -76,7 +76,7 @@ pub(super) fn spawn_decoder(
                 return;
             }
             for mut d in decoded.drain(..) {
-                if let Err(e) = prepare(&args, &mut d) {
+                if let Err(e) = prepare(&args, &tenant, &mut d) {
                     let _ = tx.send(Err(e)).await;
                     return;
                 }

@@ -3,8 +3,9 @@
 //! lifecycle (`download`), upload offset, base64 and digest checks (`upload`), corrupted
 //! artifacts of every kind and inline imports (`import`), tenant walls (`tenants`), export
 //! filters and renaming imports (`transfer`), and
-//! SIGKILL of the real binary mid-export and mid-import (`faults`), and a failed batch taking
-//! the overlapping one down on PostgreSQL (`overlap`).
+//! SIGKILL of the real binary mid-export and mid-import (`faults`), a failed batch taking
+//! the overlapping one down on PostgreSQL (`overlap`), and message keys too wide to index
+//! refused by every path that writes messages (`wide_keys`).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -16,7 +17,7 @@ use context_jobs::contract::{
 };
 use serde_json::{Value, json};
 
-use crate::harness::{Backend, OperationExt as _, TestApp, message};
+use crate::harness::{Backend, OpClient, OperationExt as _, TestApp, message};
 
 mod download;
 mod export;
@@ -27,6 +28,7 @@ mod pages;
 mod tenants;
 mod transfer;
 mod upload;
+mod wide_keys;
 
 const ARTIFACTS: &str = "/internal/v1/context/export-artifacts";
 const UPLOADS: &str = "/internal/v1/context/export-artifacts/uploads";
@@ -45,7 +47,7 @@ async fn small_config(backend: Backend) -> TestApp {
 }
 
 /// Export and wait: the succeeded operation.
-async fn export(app: &TestApp) -> ContextOperation {
+async fn export(app: &OpClient) -> ContextOperation {
     let id = app.submit(EXPORTS, &json!({})).await.id;
     let op = app.wait_terminal(&id).await;
     assert_eq!(op.state, ContextOperationState::Succeeded, "{op:?}");
@@ -54,14 +56,14 @@ async fn export(app: &TestApp) -> ContextOperation {
 }
 
 /// Submit an import and wait for its end.
-async fn import(app: &TestApp, body: Value) -> ContextOperation {
+async fn import(app: &OpClient, body: Value) -> ContextOperation {
     let id = app.submit(IMPORTS, &body).await.id;
     app.wait_terminal(&id).await
 }
 
 /// Download an artifact through the chunk endpoint, `limit` bytes at a time, checking the
 /// offsets, eof and digest of every reply.
-async fn download(app: &TestApp, artifact: &str, limit: usize) -> Vec<u8> {
+async fn download(app: &OpClient, artifact: &str, limit: usize) -> Vec<u8> {
     let mut bytes = Vec::new();
     let mut digest = None;
     loop {
@@ -85,7 +87,7 @@ async fn download(app: &TestApp, artifact: &str, limit: usize) -> Vec<u8> {
 }
 
 /// Upload `bytes` in pieces of `piece` and seal it with its digest; returns the artifact id.
-async fn upload(app: &TestApp, bytes: &[u8], piece: usize) -> String {
+async fn upload(app: &OpClient, bytes: &[u8], piece: usize) -> String {
     let (status, created) = app.post(UPLOADS, &json!({})).await;
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["state"], "uploading");
@@ -109,7 +111,7 @@ fn split_header(bytes: &[u8]) -> (String, &[u8]) {
 }
 
 /// Every message of `conversation` as the API shows it.
-async fn page_all(app: &TestApp, conversation: &str) -> Vec<Value> {
+async fn page_all(app: &OpClient, conversation: &str) -> Vec<Value> {
     let (status, body) = app.post(PAGE, &json!({"scope": {"conversationId": conversation}, "limit": 500})).await;
     assert_eq!(status, 200, "{body}");
     body["items"].as_array().unwrap().clone()

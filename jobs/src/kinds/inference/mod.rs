@@ -260,7 +260,7 @@ mod tests {
         assert_eq!(rec.metadata["inference"]["operationId"], "01OP");
         assert_eq!(rec.metadata["inference"]["echo"], json!(r.echo));
         assert_eq!(rec.metadata["inference"]["outcome"], "completed");
-        crate::contract::validate_append(std::slice::from_ref(&rec)).unwrap();
+        crate::contract::validate_append("t/p", std::slice::from_ref(&rec)).unwrap();
     }
 }
 
