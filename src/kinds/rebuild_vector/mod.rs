@@ -55,12 +55,9 @@ impl Job for RebuildVector {
                 after_seq: page.next_after,
                 written: at.written + written.vectors,
             };
+            // Each batch commits durably: it takes vector sequences, which recall indexes
+            // in other processes use as marks (`Tx::durable_commit`).
             let mut tx = ctx.begin().await?;
-            // Vectors are derived data and the checkpoint commits with them: a database
-            // crash that loses the last batches' commits rolls both back together, and the
-            // walk embeds those batches again (a worker crash loses nothing: the commit is in
-            // the server). The terminal commit is synchronous and flushes everything before it.
-            tx.relax_commit().await?;
             let written = writes::write(&mut tx, &vectors).await?;
             let next = saved(&written);
             let progress = Progress {

@@ -111,10 +111,25 @@ impl Tx {
     /// job redoes them from the checkpoint that survived; the operation's final transition
     /// is an ordinary durable commit, which flushes everything before it. (A fsync per
     /// batch costs more than the batch on some disks.) SQLite in WAL mode with
-    /// `synchronous = NORMAL` already commits this way.
+    /// `synchronous = NORMAL` already commits this way. A store write that takes a
+    /// tenant's entry or vector sequence undoes it ([`Self::durable_commit`]).
     pub async fn relax_commit(&mut self) -> Result<(), sqlx::Error> {
+        self.postgres_only("SET LOCAL synchronous_commit = off").await
+    }
+
+    /// Make this transaction's commit wait for its WAL flush again (PostgreSQL), whatever
+    /// [`Self::relax_commit`] said. For writes that take a tenant's `change_seq` or
+    /// `vector_seq`: an asynchronous commit is visible before it is durable, so a recall
+    /// index in another process could take its sequence as its mark, and after a server
+    /// crash lost the commit the same sequences would be taken again by new writes — ones
+    /// that index would never read (it reads above its mark).
+    pub async fn durable_commit(&mut self) -> Result<(), sqlx::Error> {
+        self.postgres_only("SET LOCAL synchronous_commit = on").await
+    }
+
+    async fn postgres_only(&mut self, statement: &'static str) -> Result<(), sqlx::Error> {
         if let Tx::Postgres(tx) = self {
-            sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut **tx).await?;
+            sqlx::query(statement).execute(&mut **tx).await?;
         }
         Ok(())
     }
@@ -158,7 +173,13 @@ impl Db {
                 // would keep its row locks and block, forever, the worker that took over its
                 // lease; PostgreSQL ends such a session and rolls it back instead. No
                 // transaction of ours waits on anything but the database between statements.
-                .options([("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION_TIMEOUT)]);
+                // Every commit waits for its WAL flush, whatever the role's or the server's
+                // default, unless a batch relaxes it (`Tx::relax_commit`): an entry write
+                // must be durable before it is visible (`Tx::durable_commit`).
+                .options([
+                    ("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION_TIMEOUT),
+                    ("synchronous_commit", "on"),
+                ]);
             // One direct attempt first: the pool would retry a refused connection until its
             // acquire timeout and then report only "pool timed out", hiding the cause.
             let probe = tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&options))

@@ -125,7 +125,8 @@ pub async fn insert_rows(
 
 /// Import entries inside the caller's write transaction: insert those whose id does not
 /// exist yet for the tenant, keeping id, version, status and every other field as given,
-/// with a history row each (change `import`); ids that exist already (or repeat earlier in
+/// with a history row each (change `import`), committed durably (`Tx::durable_commit`);
+/// ids that exist already (or repeat earlier in
 /// the slice) are skipped. Active imported entries are stale until the projector embeds
 /// them. Returns `(inserted, skipped)`. Entries should be validated first
 /// (`context_jobs::entries::validate_entry`).
@@ -133,6 +134,9 @@ pub async fn import(tx: &mut Tx, tenant: &TenantKey, entries: &[ContextInsight])
     let mut inserted = 0u64;
     let mut skipped = 0u64;
     let mut seen = HashSet::new();
+    if !entries.is_empty() {
+        tx.durable_commit().await?;
+    }
     for chunk in entries.chunks(INSERT_CHUNK) {
         // Existing ids are found by the primary key as the rows go in (`ON CONFLICT DO
         // NOTHING`), not by a lookup first, which would depend on statistics.

@@ -156,6 +156,7 @@ async fn take_heads(tx: &mut Tx, batch: &VectorBatch<'_>) -> Result<Option<(i64,
         }
         return Ok(None);
     }
+    tx.durable_commit().await?;
     let (last, source): (i64, i64) = query(AssertSqlSafe(take_vector_seq_sql(max)))
         .bind(batch.tenant.as_str())
         .bind(n)
