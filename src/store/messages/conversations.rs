@@ -7,26 +7,32 @@ use crate::store::{Exec, StoreError, StoreResult, Tx, query};
 use context_jobs::ids::{ConversationId, OperationId, TenantKey};
 
 /// The barrier's one statement: the conversation keeps the barrier it has (or takes
-/// operation `id_p`'s) and returns who holds it now; no row when it does not exist.
-pub fn mark_deleting_sql(tenant_p: &str, conversation_p: &str, id_p: &str) -> String {
+/// operation `id_p`'s) and returns who holds it now. A conversation without a row gets one
+/// (empty, no agent: listed nowhere), so appends made before the delete runs are refused
+/// too — without it they were accepted, then deleted by the delete they preceded.
+pub fn mark_deleting_sql(tenant_p: &str, conversation_p: &str, id_p: &str, now_p: &str) -> String {
     format!(
-        "UPDATE conversations SET deleting_operation = COALESCE(deleting_operation, {id_p}) \
-         WHERE tenant = {tenant_p} AND conversation_id = {conversation_p} RETURNING deleting_operation"
+        "INSERT INTO conversations (tenant, conversation_id, created_at_ms, updated_at_ms, deleting_operation) \
+         VALUES ({tenant_p}, {conversation_p}, {now_p}, {now_p}, {id_p}) \
+         ON CONFLICT (tenant, conversation_id) DO UPDATE \
+         SET deleting_operation = COALESCE(conversations.deleting_operation, excluded.deleting_operation) \
+         RETURNING deleting_operation"
     )
 }
 
-/// Refuse appends to `conversation` until operation `id` ends. A conversation that does not
-/// exist has nothing to guard; one another delete holds is a conflict.
+/// Refuse appends to `conversation` until operation `id` ends; one another delete holds is
+/// a conflict.
 pub async fn mark_deleting(
     tx: &mut Tx,
     tenant: &TenantKey,
     conversation: &ConversationId,
     id: &OperationId,
 ) -> StoreResult<()> {
-    let holder: Option<String> = query(AssertSqlSafe(mark_deleting_sql("$1", "$2", "$3")))
+    let holder: Option<String> = query(AssertSqlSafe(mark_deleting_sql("$1", "$2", "$3", "$4")))
         .bind(tenant.as_str())
         .bind(conversation.as_str())
         .bind(id.as_str())
+        .bind(crate::store::now_ms())
         .fetch_optional_scalar(&mut *tx)
         .await?;
     match holder {

@@ -120,7 +120,7 @@ fn insert_statement<'q>(
     let due = new.schedule.not_before_ms <= now;
     let (mark, unless_held) = match barrier {
         Some(_) => (
-            format!("WITH mark AS ({}) ", conversations::mark_deleting_sql("$2", "$15", "$1")),
+            format!("WITH mark AS ({}) ", conversations::mark_deleting_sql("$2", "$15", "$1", "$9")),
             " WHERE NOT EXISTS (SELECT 1 FROM mark WHERE deleting_operation <> $1)",
         ),
         None => (String::new(), ""),

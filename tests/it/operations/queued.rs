@@ -37,15 +37,22 @@ async fn queued_cancel_idempotency_etag_and_tenants(backend: Backend) {
         .post("/internal/v1/context/messages/batch", &json!({"messages": [message("q", "late", "user", "x")]}))
         .await;
     assert_api_error(status, &body, 409);
-    // So is a second delete of it (no key), naming the first; a conversation that does not
-    // exist holds no barrier, whatever deletes are queued for it.
+    // So is a second delete of it (no key), naming the first.
     let (status, body) = app.post(DELETE, &json!({"scope": {"conversationId": "q"}})).await;
     assert_api_error(status, &body, 409);
     assert!(body["message"].as_str().unwrap().contains(&id), "{body}");
-    for _ in 0..2 {
-        let (status, body) = app.post(DELETE, &json!({"scope": {"conversationId": "never-written"}})).await;
-        assert_eq!(status, 202, "{body}");
-    }
+    // A conversation never written is held too: an append made before its delete runs would
+    // be accepted, then deleted by it.
+    let never = json!({"scope": {"conversationId": "never-written"}});
+    let (status, held) = app.post(DELETE, &never).await;
+    assert_eq!(status, 202, "{held}");
+    let (status, body) = app.post(DELETE, &never).await;
+    assert_api_error(status, &body, 409);
+    assert!(body["message"].as_str().unwrap().contains(held["id"].as_str().unwrap()), "{body}");
+    let (status, body) = app
+        .post("/internal/v1/context/messages/batch", &json!({"messages": [message("never-written", "m", "user", "x")]}))
+        .await;
+    assert_api_error(status, &body, 409);
 
     // ETag / If-None-Match.
     let response = app
