@@ -26,9 +26,10 @@ impl Job for Retention {
         let mut at = match ctx.checkpoint::<RetentionCheckpoint>()? {
             Some(at) => at,
             None => {
-                let (plan, doomed) = deletes::plan_retention(&ctx.db, tenant, conversation, &args.policy).await?;
-                total = doomed;
-                let at = RetentionCheckpoint { plan, after_sequence: 0 };
+                let planned = deletes::plan_retention(&ctx.db, tenant, conversation, &args.policy).await?;
+                let (plan, conversation_created_at_ms) = (planned.plan, planned.created_at_ms);
+                total = planned.doomed;
+                let at = RetentionCheckpoint { plan, after_sequence: 0, conversation_created_at_ms };
                 let progress = Progress { phase: PHASE_PLANNED, processed: 0, total, checkpoint: Some(encode(&at)?) };
                 let nothing_yet = RetentionResult { deleted_messages: 0, plan };
                 ctx.save_progress(&progress).await.map_err(|e| e.with_partial(&nothing_yet))?;
@@ -39,9 +40,11 @@ impl Job for Retention {
         while !at.plan.is_noop() {
             let (began, batch) = (Instant::now(), pacer.size());
             let mut tx = ctx.begin().await?;
+            let generation = at.conversation_created_at_ms;
             let (deleted, upper) =
-                deletes::retention_batch(&mut tx, tenant, conversation, &at.plan, at.after_sequence, batch).await?;
-            let next = RetentionCheckpoint { plan: at.plan, after_sequence: upper.unwrap_or(at.after_sequence) };
+                deletes::retention_batch(&mut tx, tenant, conversation, &at.plan, generation, at.after_sequence, batch)
+                    .await?;
+            let next = RetentionCheckpoint { after_sequence: upper.unwrap_or(at.after_sequence), ..at };
             let progress = Progress {
                 phase: PHASE_DELETING,
                 processed: processed + deleted,

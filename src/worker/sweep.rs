@@ -42,13 +42,13 @@ pub async fn sweep_tick(
         let Some(last) = page.last().cloned() else { break };
         for (tenant, conversation) in &page {
             let tenant = TenantKey::from_stored(tenant.as_str());
-            let (plan, doomed) = deletes::plan_retention(db, &tenant, conversation, policy).await?;
-            if plan.is_noop() || doomed == 0 {
+            let planned = deletes::plan_retention(db, &tenant, conversation, policy).await?;
+            if planned.plan.is_noop() || planned.doomed == 0 {
                 continue;
             }
             submit(db, &tenant, conversation, policy).await?;
             run.operations += 1;
-            run.planned += doomed;
+            run.planned += planned.doomed;
         }
         after = last;
     }

@@ -26,6 +26,11 @@ pub struct RetentionCheckpoint {
     pub plan: RetentionPlan,
     #[serde(default)]
     pub after_sequence: i64,
+    /// The conversation's creation time when planned (`None`: it had no row). One deleted
+    /// and written again since is another conversation, whose sequences start at 1 again:
+    /// the plan's `upToSequence` would delete its new messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_created_at_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -91,14 +91,29 @@ fn bounds(plan: &RetentionPlan) -> (i64, i64) {
     (plan.older_than_ms.unwrap_or(i64::MIN), plan.up_to_sequence.unwrap_or(-1))
 }
 
-/// Plan retention for one conversation: the fixed predicate, and how many messages it
-/// removes now.
+/// A retention plan for one conversation, as made now.
+pub struct PlannedRetention {
+    /// The fixed predicate.
+    pub plan: RetentionPlan,
+    /// How many messages it removes now.
+    pub doomed: i64,
+    /// The conversation's creation time (`None`: no row), which its batches check.
+    pub created_at_ms: Option<i64>,
+}
+
+/// Plan retention for one conversation.
 pub async fn plan_retention(
     db: &Db,
     tenant: &TenantKey,
     conversation: &str,
     policy: &RetentionPolicy,
-) -> StoreResult<(RetentionPlan, i64)> {
+) -> StoreResult<PlannedRetention> {
+    let created_at_ms: Option<i64> =
+        query("SELECT created_at_ms FROM conversations WHERE tenant = $1 AND conversation_id = $2")
+            .bind(tenant.as_str())
+            .bind(conversation)
+            .fetch_optional_scalar(db)
+            .await?;
     let count: i64 = query("SELECT COUNT(*) FROM messages WHERE tenant = $1 AND conversation_id = $2")
         .bind(tenant.as_str())
         .bind(conversation)
@@ -130,23 +145,27 @@ pub async fn plan_retention(
     .bind(upto)
     .fetch_scalar(db)
     .await?;
-    Ok((plan, doomed))
+    Ok(PlannedRetention { plan, doomed, created_at_ms })
 }
 
 /// Delete the next batch by `plan` after sequence `after` (and adjust the count): `(deleted,
-/// Some(last sequence deleted))`, or `(0, None)` when nothing is left.
+/// Some(last sequence deleted))`, or `(0, None)` when nothing is left — also when the
+/// conversation is no longer the one planned for (created at `created_at_ms`).
 pub async fn retention_batch(
     tx: &mut Tx,
     tenant: &TenantKey,
     conversation: &str,
     plan: &RetentionPlan,
+    created_at_ms: Option<i64>,
     after: i64,
     batch: i64,
 ) -> StoreResult<(i64, Option<i64>)> {
     let (older, upto) = bounds(plan);
     let upper: Option<i64> = query(
         "SELECT max(sequence) FROM (SELECT sequence FROM messages WHERE tenant = $1 AND conversation_id = $2 \
-         AND sequence > $3 AND (created_at_ms < $4 OR sequence <= $5) ORDER BY sequence LIMIT $6) b",
+         AND sequence > $3 AND (created_at_ms < $4 OR sequence <= $5) \
+         AND ($7 IS NULL OR EXISTS (SELECT 1 FROM conversations c WHERE c.tenant = $1 AND c.conversation_id = $2 \
+           AND c.created_at_ms = $7)) ORDER BY sequence LIMIT $6) b",
     )
     .bind(tenant.as_str())
     .bind(conversation)
@@ -154,6 +173,7 @@ pub async fn retention_batch(
     .bind(older)
     .bind(upto)
     .bind(batch)
+    .bind(created_at_ms)
     .fetch_scalar(&mut *tx)
     .await?;
     let Some(upper) = upper else { return Ok((0, None)) };

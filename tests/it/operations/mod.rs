@@ -2,7 +2,8 @@
 //! delete and retention, cancel (`lifecycle`); idempotency, ETag/304, long-poll, tenant
 //! walls and forget on queued operations (`queued`); listing, bad input, maintenance
 //! status and metrics (`listing`); the retention sweep (`sweep`); an operation's shown
-//! request on every kind (`request`); batches paced by time (`pacing`).
+//! request on every kind (`request`); batches paced by time (`pacing`); a retention plan
+//! that spares a conversation deleted and written again (`recreated`).
 
 use context_jobs::contract::{
     CONTEXT_OPERATIONS_PATH as OPS, CONVERSATION_DELETE_PATH as DELETE, RETENTION_PATH as RETENTION,
@@ -14,6 +15,7 @@ mod lifecycle;
 mod listing;
 mod pacing;
 mod queued;
+mod recreated;
 mod request;
 mod sweep;
 

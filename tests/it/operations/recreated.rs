@@ -1,0 +1,51 @@
+//! A retention planned for a conversation that is then deleted and written again does not
+//! touch the new one: sequences start at 1 again in a new conversation, and the plan's
+//! `upToSequence` (made for the old one) deleted its new messages.
+
+use context_jobs::contract::RetentionPolicy;
+use context_jobs::ids::TenantKey;
+use context_ops::store::messages::{append, deletes};
+use context_ops::store::{Db, query};
+
+use crate::harness::{Backend, fresh_database, message};
+
+backend_tests!(backend: a_plan_for_a_deleted_conversation_spares_its_successor);
+
+async fn a_plan_for_a_deleted_conversation_spares_its_successor(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::connect(&fresh_database(backend, dir.path()).await, 4).await.unwrap();
+    db.migrate().await.unwrap();
+    let tenant = TenantKey::new("t", "p");
+    let batch = |prefix: &str, n: usize| {
+        (0..n).map(|i| message("c", &format!("{prefix}{i:03}"), "user", "x")).collect::<Vec<_>>()
+    };
+    append(&db, &tenant, &batch("old", 100)).await.unwrap();
+    // Keep the newest 10: everything up to sequence 90 goes.
+    let policy = RetentionPolicy { max_messages: Some(10), ..RetentionPolicy::default() };
+    let planned = deletes::plan_retention(&db, &tenant, "c", &policy).await.unwrap();
+    assert_eq!((planned.plan.up_to_sequence, planned.doomed), (Some(90), 90));
+    let created = planned.created_at_ms.expect("the conversation's row");
+
+    // The conversation is deleted (as a finished delete leaves it), then written again.
+    query("DELETE FROM messages WHERE tenant = 't/p'").execute(&db).await.unwrap();
+    query("DELETE FROM conversations WHERE tenant = 't/p'").execute(&db).await.unwrap();
+    while context_ops::store::now_ms() <= created {
+        tokio::task::yield_now().await;
+    }
+    append(&db, &tenant, &batch("new", 50)).await.unwrap();
+
+    let mut tx = db.begin_write().await.unwrap();
+    let done = deletes::retention_batch(&mut tx, &tenant, "c", &planned.plan, Some(created), 0, 1000).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(done, (0, None), "the new conversation's messages are not the plan's");
+    let left: i64 = query("SELECT COUNT(*) FROM messages WHERE tenant = 't/p'").fetch_scalar(&db).await.unwrap();
+    assert_eq!(left, 50);
+
+    // The conversation it was planned for: the plan applies.
+    let planned = deletes::plan_retention(&db, &tenant, "c", &policy).await.unwrap();
+    let mut tx = db.begin_write().await.unwrap();
+    let done =
+        deletes::retention_batch(&mut tx, &tenant, "c", &planned.plan, planned.created_at_ms, 0, 1000).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(done.0, 40);
+}
