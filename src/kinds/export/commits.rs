@@ -49,9 +49,10 @@ impl Commits {
         }
     }
 
-    /// Between pages: stop once a commit failed or saw a cancel, or at shutdown.
+    /// Between pages: stop once a commit failed or saw a cancel, past the deadline, or at
+    /// shutdown.
     pub(super) async fn boundary(&mut self, ctx: &JobCtx) -> Result<(), JobError> {
-        if self.stop.load(Ordering::Relaxed) || ctx.shutdown.is_cancelled() {
+        if self.stop.load(Ordering::Relaxed) || ctx.shutdown.is_cancelled() || ctx.past_deadline() {
             ctx.boundary(self.settle().await?)?;
         }
         Ok(())

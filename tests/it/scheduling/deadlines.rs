@@ -1,5 +1,5 @@
 //! Deadlines and scheduled starts: a running operation past its deadline stops at its next
-//! batch boundary (inference: the call is aborted) and fails `deadline_exceeded`, with what
+//! batch boundary (an export between pages; inference: the call is aborted) and fails `deadline_exceeded`, with what
 //! it committed kept; a queued one past it never starts; a per-kind default applies when a
 //! submission gives none; `notBeforeMs` holds a start back (phase `scheduled`).
 
@@ -11,7 +11,7 @@ use super::{QUEUES, delete_as, view};
 use crate::harness::db::{DEFAULT_TENANT, message_count, seed_conversation};
 use crate::harness::fake_responses::{FakeProvider, Step};
 use crate::harness::{Backend, TestApp, assert_api_error};
-use context_jobs::contract::{CONVERSATION_DELETE_PATH, ContextOperationState, INFERENCE_PATH};
+use context_jobs::contract::{CONTEXT_EXPORT_PATH, CONVERSATION_DELETE_PATH, ContextOperationState, INFERENCE_PATH};
 use context_ops::store::now_ms;
 
 async fn a_running_operation_stops_at_a_batch_boundary_past_its_deadline(backend: Backend) {
@@ -29,6 +29,23 @@ async fn a_running_operation_stops_at_a_batch_boundary_past_its_deadline(backend
     let deadline = row["deadlineMs"].as_i64().unwrap();
     assert!(row["finishedAtMs"].as_i64().unwrap() >= deadline, "{row}");
     assert_eq!(row["attempts"][0]["errorCode"], "deadline_exceeded", "{row}");
+}
+
+/// An export checks its deadline between pages too: it used to run to the end, seal the
+/// artifact, and only then fail `deadline_exceeded`.
+async fn an_export_stops_at_a_page_boundary_past_its_deadline(backend: Backend) {
+    const TOTAL: i64 = 200_000;
+    let app = TestApp::start_with(backend, |c| {
+        c.worker.batch_size = 10;
+        c.artifacts.artifact_chunk_bytes = 4096;
+    })
+    .await;
+    seed_conversation(app.db(), DEFAULT_TENANT, "big", TOTAL).await;
+    let id = app.submit(CONTEXT_EXPORT_PATH, &json!({"timeoutMs": 300})).await.id;
+    let done = app.wait_terminal(&id).await;
+    assert_eq!(done.state, ContextOperationState::Failed, "{done:?}");
+    assert_eq!(done.error_code.as_deref(), Some("deadline_exceeded"), "{done:?}");
+    assert!(done.processed > 0 && done.processed < TOTAL as u64, "stopped part-way: {done:?}");
 }
 
 async fn a_queued_operation_past_its_deadline_never_starts(backend: Backend) {
@@ -104,6 +121,7 @@ async fn a_kind_default_applies_and_not_before_holds_the_start(backend: Backend)
 
 backend_tests!(
     backend: a_running_operation_stops_at_a_batch_boundary_past_its_deadline,
+    an_export_stops_at_a_page_boundary_past_its_deadline,
     a_queued_operation_past_its_deadline_never_starts,
     a_deadline_aborts_the_inference_call,
     a_kind_default_applies_and_not_before_holds_the_start,
