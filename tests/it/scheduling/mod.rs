@@ -9,6 +9,8 @@ mod cancel_requeue;
 mod combined;
 mod deadlines;
 mod limits;
+mod limits_chosen;
+mod many_tenants;
 mod order;
 mod pause;
 mod plans;

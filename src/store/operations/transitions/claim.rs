@@ -25,6 +25,13 @@ pub const OWNER_SILENCE_MS: i64 = 3_000;
 enum Takes {
     /// The scheduler's choice off a fresh view: a queued operation that is due.
     Queued,
+    /// The same under a concurrency limit, and only while the kind's running operations —
+    /// every tenant's, and the operation's tenant's — are under the limits, as the statement
+    /// itself counts them. The view a choice was made off is already old: two workers that
+    /// chose different heads off two views would each start one, past a limit of one.
+    /// Claims of a limited kind are serialised so that each count sees the claims before it
+    /// (PostgreSQL: an advisory lock per kind; SQLite has one writer).
+    Limited { kind: &'static str, max_running: Option<u32>, max_per_tenant: Option<u32> },
     /// A choice off a cached view (see `view.rs`): due, and no pause holds it (the view may
     /// predate the pause).
     Unpaused,
@@ -134,6 +141,22 @@ fn claim_statement<'q>(
     let due_by_id = |p: &mut Params<'q>| due("", &format!("state = {}", p.p(State::Queued.as_str())), &now_p);
     let by_id = matches!(target, Target::Id(_));
     let guard = match takes {
+        Takes::Limited { max_running, max_per_tenant, .. } => {
+            // A pause committed since the view was read holds it too.
+            let mut guard = format!("{} AND NOT {}", due_by_id(&mut p), *PAUSE_HOLDS);
+            // The state as a literal: `operations_running` (partial) serves the counts.
+            let running_rows = state_is("r.", State::Running);
+            for (max, same_tenant) in [(max_running, ""), (max_per_tenant, " AND r.tenant = operations.tenant")] {
+                if let Some(max) = max {
+                    guard += &format!(
+                        " AND (SELECT COUNT(*) FROM operations r WHERE r.kind = operations.kind{same_tenant} \
+                         AND {running_rows}) < {}",
+                        p.p(i64::from(max))
+                    );
+                }
+            }
+            guard
+        }
         Takes::Queued if by_id => due_by_id(&mut p),
         Takes::Queued => "1 = 1".into(),
         Takes::Unpaused if by_id => format!("{} AND NOT {}", due_by_id(&mut p), *PAUSE_HOLDS),
@@ -177,7 +200,19 @@ async fn claim_rows(
     let token = ulid::Ulid::generate().to_string();
     let t = Transition::Claim { token: &token, lease_until_ms: now + lease_ms, owner };
     let statement = claim_statement(db.engine(), target, &t, now, takes);
-    let rows = statement.fetch_all::<OperationRow>(db).await?;
+    let rows = match (takes, db.engine()) {
+        (Takes::Limited { kind, .. }, Engine::Postgres) => {
+            let mut tx = db.begin_write().await?;
+            query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                .bind(format!("context-ops claim {kind}"))
+                .execute(&mut tx)
+                .await?;
+            let rows = statement.fetch_all::<OperationRow>(&mut tx).await?;
+            tx.commit().await?;
+            rows
+        }
+        _ => statement.fetch_all::<OperationRow>(db).await?,
+    };
     Ok(rows
         .into_iter()
         .map(|operation| {
@@ -217,6 +252,25 @@ pub(super) async fn claim_first_due(
 ) -> StoreResult<Vec<Claimed>> {
     let target = Target::FirstDue { kind: kind.as_str(), tenant, from, count };
     claim_rows(db, target, owner, lease_ms, Takes::Unpaused).await
+}
+
+/// Claim operation `id` of `kind`, the scheduler's choice under concurrency limits: `None`
+/// when it is no longer due, a pause holds it, or the kind's running operations (all
+/// tenants', or its tenant's) have reached `limits` meanwhile (`Takes::Limited`).
+pub async fn claim_chosen(
+    db: &Db,
+    kind: ContextOperationKind,
+    id: &OperationId,
+    owner: &str,
+    lease_ms: i64,
+    limits: &ClaimLimits,
+) -> StoreResult<Option<Claimed>> {
+    let takes = Takes::Limited {
+        kind: kind.as_str(),
+        max_running: limits.max_running,
+        max_per_tenant: limits.max_running_per_tenant,
+    };
+    claim_id(db, Target::Id(id.as_str()), owner, lease_ms, takes).await
 }
 
 /// Recover operation `id` for worker `owner`: `running` with an expired lease or a silent
@@ -283,15 +337,15 @@ pub async fn claim_next(
         let from = chosen.as_ref().and_then(|(tenant, _)| view.start(tenant));
         views.put(kind, view);
         let Some((tenant, id)) = chosen else { return Ok(Next::Nothing) };
-        // Under a concurrency limit the chosen head itself is claimed, so concurrent
-        // claims serialise and the limit holds exactly; without one, concurrent workers
-        // take the tenant's next operations side by side.
-        let target = if limited {
-            Target::Id(&id)
+        // Under a concurrency limit the chosen head itself is claimed, under the limits;
+        // without one, concurrent workers take the tenant's next operations side by side.
+        let claimed = if limited {
+            claim_chosen(db, kind, &OperationId::from_stored(id.as_str()), owner, lease_ms, limits).await?
         } else {
-            Target::FirstDue { kind: kind.as_str(), tenant: &tenant, from, count: 1 }
+            let target = Target::FirstDue { kind: kind.as_str(), tenant: &tenant, from, count: 1 };
+            claim_id(db, target, owner, lease_ms, Takes::Queued).await?
         };
-        if let Some(claimed) = claim_id(db, target, owner, lease_ms, Takes::Queued).await? {
+        if let Some(claimed) = claimed {
             record_claim(db, views, kind, &tenant, queue_position(&claimed.operation), tenants, now).await?;
             return Ok(Next::Claimed(Box::new(claimed)));
         }

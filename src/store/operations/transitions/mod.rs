@@ -20,7 +20,7 @@ mod combine;
 mod view;
 
 pub use api::{BulkAction, BulkFilter, BulkOutcome, bulk, cancel, expire_overdue, requeue, set_paused};
-pub use claim::{ClaimLimits, Next, OWNER_SILENCE_MS, claim_next, recover, scheduler_reads};
+pub use claim::{ClaimLimits, Next, OWNER_SILENCE_MS, claim_chosen, claim_next, recover, scheduler_reads};
 pub use view::ViewCache;
 
 use std::sync::LazyLock;

@@ -33,6 +33,12 @@ pub const VIEW_TTL: Duration = Duration::from_millis(200);
 /// the kind paused for everyone, the head's queue position)`.
 type QueueRow = (String, Option<String>, i64, Option<i64>, i64, i64, i64, Option<i64>, Option<i64>);
 
+/// Tenants a view holds at most: those with a due head first, the least recently served
+/// first among them. (The first tenants by name once filled it, due or not: past 1,000
+/// tenants with queued work, the rest were never served while those waited for a
+/// scheduled start or a resume.)
+const MAX_TENANTS: usize = 1000;
+
 /// Every tenant with queued work of `kind`, found with one index seek per tenant (a loose
 /// index scan: the next tenant after the last, `ORDER BY … LIMIT 1` rather than `MIN`,
 /// which PostgreSQL computes by reading every row when it expects few), each with its due
@@ -54,7 +60,11 @@ static QUEUES_SQL: LazyLock<String> = LazyLock::new(|| {
            (SELECT o.id FROM operations o WHERE o.kind = $1 AND {qo} AND o.tenant = t.tenant \
               AND o.not_before_ms <= $2 AND o.cancel_requested = 0 AND (o.deadline_ms IS NULL OR o.deadline_ms > $2) \
               ORDER BY {order} LIMIT 1) AS head \
-           FROM t WHERE t.tenant IS NOT NULL LIMIT 1000) \
+           FROM t WHERE t.tenant IS NOT NULL), \
+         chosen AS (SELECT hd.tenant, hd.head FROM heads hd \
+           ORDER BY hd.head IS NULL, \
+             (SELECT s.last_claim_ms FROM queue_shares s WHERE s.kind = $1 AND s.tenant = hd.tenant) NULLS FIRST, \
+             hd.tenant LIMIT {MAX_TENANTS}) \
          SELECT q.tenant, q.head, \
            (SELECT COUNT(*) FROM operations r WHERE r.kind = $1 AND {rr} AND r.tenant = q.tenant), \
            (SELECT s.last_claim_ms FROM queue_shares s WHERE s.kind = $1 AND s.tenant = q.tenant), \
@@ -63,7 +73,7 @@ static QUEUES_SQL: LazyLock<String> = LazyLock::new(|| {
            (SELECT COUNT(*) FROM queue_controls c WHERE c.kind = $1 AND c.tenant = '' AND c.paused = 1), \
            (SELECT -h.priority FROM operations h WHERE h.id = q.head), \
            (SELECT h.created_at_ms FROM operations h WHERE h.id = q.head) \
-         FROM heads q",
+         FROM chosen q",
         q = queued(""),
         qo = queued("o."),
         rr = running("r."),
