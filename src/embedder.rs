@@ -8,7 +8,10 @@ use std::time::Duration;
 use secrecy::{ExposeSecret as _, SecretString};
 
 use crate::config::{Config, EmbedderKind};
-use context_jobs::embed::{HASHING_MODEL, decode_embeddings, embeddings_request, hashing_embed};
+use context_jobs::embed::{
+    HASHING_MODEL, MAX_INPUT_BYTES, MAX_REQUEST_BYTES, decode_embeddings, embeddings_request, hashing_embed,
+    request_ranges, truncate_input,
+};
 
 /// Inputs per `/v1/embeddings` request.
 const REMOTE_BATCH: usize = 256;
@@ -91,11 +94,13 @@ impl Embedder {
             }
             Embedder::Hashing { dim, .. } => Ok(texts.iter().map(|t| hashing_embed(t, *dim)).collect()),
             Embedder::OpenAi { http, url, api_key, model, dim } => {
+                // Within the model's limits: each input, and each request's inputs together.
+                let inputs: Vec<&str> = texts.iter().map(|t| truncate_input(t, MAX_INPUT_BYTES)).collect();
+                let lens: Vec<usize> = inputs.iter().map(|t| t.len()).collect();
                 let mut out = Vec::with_capacity(texts.len());
-                for chunk in texts.chunks(REMOTE_BATCH) {
-                    out.extend(
-                        remote(http, url, api_key.as_ref().map(|k| k.expose_secret()), model, *dim, chunk).await?,
-                    );
+                for range in request_ranges(&lens, REMOTE_BATCH, MAX_REQUEST_BYTES) {
+                    let key = api_key.as_ref().map(|k| k.expose_secret());
+                    out.extend(remote(http, url, key, model, *dim, &inputs[range]).await?);
                 }
                 Ok(out)
             }

@@ -86,6 +86,46 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     a.iter().zip(b).map(|(x, y)| i32::from(*x) * i32::from(*y)).sum()
 }
 
+/// The most bytes of one text an embeddings request sends; a longer text embeds by its
+/// start. A model counts tokens, and a token is at least one byte, so 8,191 bytes stay
+/// within OpenAI's 8,191-token input limit whatever the text. An entry's content may reach
+/// 64 KiB, and an entry the model refused as too long held its tenant's projection back.
+pub const MAX_INPUT_BYTES: usize = 8_191;
+
+/// The most bytes of text one request carries, past its first input (OpenAI caps the
+/// tokens of one request at 300,000).
+pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub fn truncate_input(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Inputs of `lens` bytes each, split into consecutive requests of at most `max_count`
+/// inputs and, past each request's first input, `max_bytes` together: their index ranges.
+pub fn request_ranges(lens: &[usize], max_count: usize, max_bytes: usize) -> Vec<std::ops::Range<usize>> {
+    let mut ranges = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, len) in lens.iter().enumerate() {
+        if i > start && (i - start == max_count || bytes + len > max_bytes) {
+            ranges.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += len;
+    }
+    if start < lens.len() {
+        ranges.push(start..lens.len());
+    }
+    ranges
+}
+
 /// The `/v1/embeddings` request body for `inputs` (OpenAI's shape; `dimensions` asks
 /// models that support it for a fixed size).
 pub fn embeddings_request(model: &str, inputs: &[&str], dim: usize) -> Value {
@@ -144,6 +184,18 @@ pub fn decode_embeddings(body: &[u8], inputs: usize, dim: usize) -> Result<Vec<V
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn inputs_are_cut_at_character_boundaries_and_requests_by_count_and_bytes() {
+        use super::{request_ranges, truncate_input};
+        assert_eq!(truncate_input("héllo", 2), "h");
+        assert_eq!(truncate_input("héllo", 3), "hé");
+        assert_eq!(truncate_input("héllo", 99), "héllo");
+        assert_eq!(truncate_input(&"\u{1F600}".repeat(3), 7), "\u{1F600}");
+        assert_eq!(request_ranges(&[], 2, 10), Vec::<std::ops::Range<usize>>::new());
+        assert_eq!(request_ranges(&[1, 1, 1, 1, 1], 2, 10), [0..2, 2..4, 4..5]);
+        assert_eq!(request_ranges(&[6, 6, 3, 20, 1], 9, 10), [0..1, 1..3, 3..4, 4..5]);
+    }
+
     use super::*;
 
     #[test]

@@ -29,6 +29,21 @@ pub async fn try_begin(db: &Db, name: &str, holder: &str, period_ms: i64, lease_
     Ok(won == 1)
 }
 
+/// Extend `holder`'s lease of tick `name` by `lease_ms` from now, while it still holds it:
+/// `Ok(false)` when the lease ran out (another process may run the tick now).
+pub async fn renew(db: &Db, name: &str, holder: &str, lease_ms: i64) -> StoreResult<bool> {
+    let now = now_ms();
+    let renewed =
+        query("UPDATE maintenance SET lease_until_ms = $3 WHERE name = $1 AND holder = $2 AND lease_until_ms >= $4")
+            .bind(name)
+            .bind(holder)
+            .bind(now + lease_ms)
+            .bind(now)
+            .execute(db)
+            .await?;
+    Ok(renewed == 1)
+}
+
 /// Finish tick `name` held by `holder`: record the run and free the lease.
 pub async fn finish(db: &Db, name: &str, holder: &str, processed: i64) -> StoreResult<()> {
     query(

@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use context_jobs::contract::ContextOperationState;
-use context_jobs::embed::hashing_embed;
+use context_jobs::embed::{MAX_INPUT_BYTES, MAX_REQUEST_BYTES, hashing_embed};
 use serde_json::{Value, json};
 
 use crate::harness::wait::poll_until;
@@ -34,10 +34,14 @@ async fn embeddings(State(fake): State<Fake>, headers: HeaderMap, Json(body): Js
     let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
     fake.seen.lock().unwrap().push((auth, body.clone()));
     let status = fake.status.load(Ordering::SeqCst);
-    // An input the provider refuses (as an over-long one would be): 400.
-    let poisoned =
-        body["input"].as_array().is_some_and(|i| i.iter().any(|t| t.as_str().is_some_and(|t| t.contains("POISON"))));
-    let status = if poisoned { 400 } else { status };
+    // An input the provider refuses: 400. So are inputs over the model's limits, one
+    // (`MAX_INPUT_BYTES`) or all of a request's together (`MAX_REQUEST_BYTES`), as OpenAI's.
+    let texts: Vec<&str> =
+        body["input"].as_array().map(|i| i.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let poisoned = texts.iter().any(|t| t.contains("POISON"));
+    let too_long = texts.iter().any(|t| t.len() > MAX_INPUT_BYTES)
+        || texts.iter().map(|t| t.len()).sum::<usize>() > MAX_REQUEST_BYTES + MAX_INPUT_BYTES;
+    let status = if poisoned || too_long { 400 } else { status };
     if status != 200 {
         return (StatusCode::from_u16(status).unwrap(), Json(json!({"error": {"message": "nope"}}))).into_response();
     }
@@ -97,7 +101,16 @@ async fn openai_compatible_embedder() {
         let (status, body) = app.post("/internal/v1/context/entries", &json!({"entry": entry})).await;
         assert_eq!(status, 200, "{body}");
     }
-    wait_lag_zero(&app, 3).await;
+    // Forty entries longer than a model takes (≈10 KB each, ≈400 KB together): each is
+    // embedded by its start, in requests the provider accepts.
+    for i in 0..40 {
+        let text = format!("long entry {i} ") + &"many words of context ".repeat(460);
+        let entry = json!({"id": format!("long-{i}"), "kind": "fact", "content": text, "version": 0,
+                           "status": "active", "provenance": {"conversationId": "c"}, "createdAtMs": 0, "updatedAtMs": 0});
+        let (status, body) = app.post("/internal/v1/context/entries", &json!({"entry": entry})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    wait_lag_zero(&app, 43).await;
     {
         let seen = fake.seen.lock().unwrap();
         let (auth, body) = seen.first().expect("the projector called the provider");
@@ -136,8 +149,9 @@ async fn openai_compatible_embedder() {
     app.stop().await;
 }
 
-/// One tenant's entry the provider refuses does not hold the other tenants' projection back
-/// (the projector picked that tenant first on every tick and failed there).
+/// Tenants whose entries the provider refuses do not hold the other tenants' projection
+/// back: the projector picked such a tenant first on every tick and failed there, and
+/// three of them ended every tick before it reached anyone else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_the_provider_refuses_does_not_stop_the_others() {
     let (_fake, addr) = start_fake().await;
@@ -146,9 +160,11 @@ async fn a_tenant_the_provider_refuses_does_not_stop_the_others() {
         use_fake(c, addr);
     })
     .await;
-    // Tenant `a` is first in the projector's order (both never projected; by name).
-    let (a, b) = (crate::harness::jwt::tenant_token("a"), crate::harness::jwt::tenant_token("b"));
-    for (token, text) in [(&a, "POISON pill"), (&b, "green tea preference")] {
+    // Tenants `a`, `b` and `c` are first in the projector's order (none ever projected; by
+    // name), and the provider refuses their entries.
+    let token = crate::harness::jwt::tenant_token;
+    let (a, b, c, d) = (token("a"), token("b"), token("c"), token("d"));
+    for (token, text) in [(&a, "POISON pill"), (&b, "POISON too"), (&c, "POISON three"), (&d, "green tea preference")] {
         let entry = json!({"id": "e", "kind": "fact", "content": text, "version": 0, "status": "active",
                            "provenance": {"conversationId": "c"}, "createdAtMs": 0, "updatedAtMs": 0});
         let (status, body) = app.post_as(Some(token), "/internal/v1/context/entries", &json!({"entry": entry})).await;
@@ -161,13 +177,15 @@ async fn a_tenant_the_provider_refuses_does_not_stop_the_others() {
             body["indexWatermark"]["lag"].as_i64().unwrap_or(-1)
         }
     };
-    poll_until("tenant b projected", Duration::from_secs(30), || async {
-        match lag(b.clone()).await {
+    poll_until("tenant d projected", Duration::from_secs(30), || async {
+        match lag(d.clone()).await {
             0 => Ok(()),
             other => Err(format!("lag {other}")),
         }
     })
     .await;
-    assert_eq!(lag(a.clone()).await, 1, "the refused entry stays stale");
+    for refused in [a, b, c] {
+        assert_eq!(lag(refused).await, 1, "the refused entry stays stale");
+    }
     app.stop().await;
 }
