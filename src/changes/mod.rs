@@ -170,8 +170,12 @@ impl Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         let mut watchers = self.changes.watchers();
-        // The map's reference and ours: nobody else watches this operation.
-        if Arc::strong_count(&self.notify) <= 2 {
+        // Ours is let go under the lock (a placeholder takes its place): two last watches of
+        // one operation dropped together each saw the other's reference, and neither
+        // removed the entry, which then stayed for good.
+        drop(std::mem::take(&mut self.notify));
+        // Only the map's reference left: nobody else watches this operation.
+        if watchers.get(&self.id).is_some_and(|n| Arc::strong_count(n) == 1) {
             watchers.remove(&self.id);
         }
     }

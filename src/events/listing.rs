@@ -60,7 +60,8 @@ async fn next(mut s: State) -> Option<(Event, State)> {
         }
         match changes::after(&s.ctx.db, &s.filter, &s.position, PAGE).await {
             Ok(page) => {
-                let moved = page.next != s.position;
+                // A batch finished without changes moved the position: read on from it.
+                let moved = page.next != s.position && !page.caught_up;
                 s.position = page.next;
                 s.pending = page.changes.into();
                 if moved || !s.pending.is_empty() {

@@ -1,7 +1,7 @@
 //! `GET …/operations/{id}/wait`: the long poll. It answers as soon as the operation's
 //! version differs from `sinceVersion` (or it is terminal), or after `timeoutMs` (at most
-//! 30 s) with the unchanged operation. A change made in this process (or, on PostgreSQL, in
-//! any: LISTEN/NOTIFY) wakes it at once; otherwise it re-reads every
+//! 30 s) with the unchanged operation. A change made in this process (or in another, through
+//! the Redis relay: `crate::changes::relay`) wakes it at once; otherwise it re-reads every
 //! `CONTEXT_OPS_WAIT_RECHECK_MS`.
 
 use std::time::Duration;

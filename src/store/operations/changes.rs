@@ -28,11 +28,12 @@ pub struct Change {
     pub position: ChangePosition,
 }
 
-/// A page of changes and the position after all of them (the position given when there
-/// were none).
+/// A page of changes and the position after all of them.
 pub struct ChangePage {
     pub changes: Vec<Change>,
     pub next: ChangePosition,
+    /// Nothing is left to read after `next` now: wait for a change before reading again.
+    pub caught_up: bool,
 }
 
 /// The current position: a stream starting here shows only changes committed from now on.
@@ -93,6 +94,65 @@ where
 /// `Invalid`.
 pub async fn after(db: &Db, filter: &ChangeFilter, from: &ChangePosition, limit: usize) -> StoreResult<ChangePage> {
     let mut p = Params::default();
+    let sql = match (db, from) {
+        (Db::Sqlite(_), ChangePosition::Seq(_)) => format!(
+            "SELECT CAST(change_seq AS TEXT) AS change, NULL AS snapshot, {COLUMNS} FROM operations \
+             WHERE {} ORDER BY change_seq LIMIT {}",
+            clauses(&mut p, filter, from).join(" AND "),
+            limit + 1
+        ),
+        (Db::Postgres(_), ChangePosition::Snapshot { .. }) => format!(
+            "SELECT change_xid::text AS change, (SELECT pg_current_snapshot()::text) AS snapshot, {COLUMNS} \
+             FROM operations WHERE {} ORDER BY change_xid, id LIMIT {}",
+            clauses(&mut p, filter, from).join(" AND "),
+            limit + 1
+        ),
+        _ => return Err(mismatch()),
+    };
+    let mut rows: Vec<ChangedRow> = p.into_query(sql).fetch_all(db).await?;
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    match from {
+        // Nothing after a position that is no batch under way: move it to where this
+        // moment stands, when still nothing matches there. A stream whose filter (a kind,
+        // a state) matched nothing for hours kept its old position, and every read walked
+        // every change of the tenant since then.
+        ChangePosition::Seq(_) | ChangePosition::Snapshot { batch: None, .. } if rows.is_empty() => {
+            let next = advance(db, filter, from).await?.unwrap_or_else(|| from.clone());
+            Ok(ChangePage { changes: Vec::new(), next, caught_up: true })
+        }
+        _ => page(from, rows, more),
+    }
+}
+
+/// Where a stream at `from` that found nothing can move to: the position of this moment,
+/// read in the same statement that checks nothing matching `filter` changed after `from`
+/// (else `None`: read again).
+async fn advance(db: &Db, filter: &ChangeFilter, from: &ChangePosition) -> StoreResult<Option<ChangePosition>> {
+    let mut p = Params::default();
+    let now = match db {
+        Db::Postgres(_) => "pg_current_snapshot()::text",
+        Db::Sqlite(_) => "CAST((SELECT seq FROM operation_change_clock WHERE id = 1) AS TEXT)",
+    };
+    let sql = format!(
+        "SELECT {now}, CAST(CASE WHEN EXISTS (SELECT 1 FROM operations WHERE {}) THEN 1 ELSE 0 END AS BIGINT)",
+        clauses(&mut p, filter, from).join(" AND ")
+    );
+    let (now, changed): (String, i64) = p.into_query(sql).fetch_one(db).await?;
+    if changed != 0 {
+        return Ok(None);
+    }
+    let bad = || StoreError::Other(anyhow::anyhow!("unexpected position {now:?}"));
+    Ok(Some(match from {
+        ChangePosition::Seq(_) => ChangePosition::Seq(now.parse().map_err(|_| bad())?),
+        ChangePosition::Snapshot { .. } => {
+            ChangePosition::Snapshot { seen: PgSnapshot::parse(&now).ok_or_else(bad)?, batch: None }
+        }
+    }))
+}
+
+/// The conditions of the changes after `from` that pass `filter`.
+fn clauses(p: &mut Params<'_>, filter: &ChangeFilter, from: &ChangePosition) -> Vec<String> {
     let mut clauses = Vec::new();
     if let Some(t) = &filter.tenant {
         clauses.push(format!("tenant = {}", p.p(t.as_str().to_string())));
@@ -103,17 +163,9 @@ pub async fn after(db: &Db, filter: &ChangeFilter, from: &ChangePosition, limit:
     if let Some(state) = filter.state {
         clauses.push(format!("state = {}", p.p(state.as_str())));
     }
-    let sql = match (db, from) {
-        (Db::Sqlite(_), ChangePosition::Seq(seq)) => {
-            clauses.push(format!("change_seq > {}", p.p(*seq)));
-            format!(
-                "SELECT CAST(change_seq AS TEXT) AS change, NULL AS snapshot, {COLUMNS} FROM operations \
-                 WHERE {} ORDER BY change_seq LIMIT {}",
-                clauses.join(" AND "),
-                limit + 1
-            )
-        }
-        (Db::Postgres(_), ChangePosition::Snapshot { seen, batch }) => {
+    match from {
+        ChangePosition::Seq(seq) => clauses.push(format!("change_seq > {}", p.p(*seq))),
+        ChangePosition::Snapshot { seen, batch } => {
             let seen_p = p.p(seen.as_str().to_string());
             clauses.push(format!("change_xid >= pg_snapshot_xmin({seen_p}::text::pg_snapshot)"));
             clauses.push(format!("NOT pg_visible_in_snapshot(change_xid, {seen_p}::text::pg_snapshot)"));
@@ -123,19 +175,9 @@ pub async fn after(db: &Db, filter: &ChangeFilter, from: &ChangePosition, limit:
                 let (xid_p, id_p) = (p.p(xid.to_string()), p.p(id.clone()));
                 clauses.push(format!("(change_xid, id) > ({xid_p}::text::xid8, {id_p})"));
             }
-            format!(
-                "SELECT change_xid::text AS change, (SELECT pg_current_snapshot()::text) AS snapshot, {COLUMNS} \
-                 FROM operations WHERE {} ORDER BY change_xid, id LIMIT {}",
-                clauses.join(" AND "),
-                limit + 1
-            )
         }
-        _ => return Err(mismatch()),
-    };
-    let mut rows: Vec<ChangedRow> = p.into_query(sql).fetch_all(db).await?;
-    let more = rows.len() > limit;
-    rows.truncate(limit);
-    page(from, rows, more)
+    }
+    clauses
 }
 
 /// Positions for a page read after `from`: see `ChangePosition`.
@@ -149,7 +191,7 @@ fn page(from: &ChangePosition, rows: Vec<ChangedRow>, more: bool) -> StoreResult
             }
             from => from.clone(),
         };
-        return Ok(ChangePage { changes: Vec::new(), next });
+        return Ok(ChangePage { changes: Vec::new(), next, caught_up: false });
     };
     let (next, changes) = match from {
         ChangePosition::Seq(_) => {
@@ -186,5 +228,5 @@ fn page(from: &ChangePosition, rows: Vec<ChangedRow>, more: bool) -> StoreResult
             (next, changes)
         }
     };
-    Ok(ChangePage { changes, next })
+    Ok(ChangePage { changes, next, caught_up: false })
 }

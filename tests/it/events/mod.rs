@@ -8,8 +8,10 @@
 //!   the cap on open streams, shutdown, bad input.
 //! - `cross_process`: a change committed by a worker process reaches an API process's
 //!   streams (on PostgreSQL by notification alone).
+//! - `positions`: a read that finds nothing moves a filtered stream's position on.
 
 mod cross_process;
+mod positions;
 mod resume;
 mod streams;
 
