@@ -2,7 +2,8 @@
 //! before every checkout is off, and only a connection idle for over a second is pinged
 //! before it is handed out. A connection cut while idle is replaced before any statement
 //! sees it; one cut while in use fails at most the one statement that finds it (with an
-//! error the service takes for transient) and is not pooled again.
+//! error the service takes for transient) and is not pooled again. A transaction waiting on
+//! another task outlives the server's idle-in-transaction timeout (`Tx::wait_alive`).
 
 use std::time::Duration;
 
@@ -93,4 +94,24 @@ async fn a_connection_cut_while_in_use_fails_one_statement_at_most_and_is_not_po
     // Every connection left in the pool is a live one.
     let live = pooled_backends(&pool).await;
     assert!(live.iter().all(|pid| !cut_pids.contains(pid)), "{live:?} after cutting {cut_pids:?}");
+}
+
+/// A transaction that waits on another task keeps its session: PostgreSQL ends a session
+/// idle in a transaction for 5 s (the service's `idle_in_transaction_session_timeout`),
+/// and an import's first transaction waits for its artifact to validate longer than that.
+#[tokio::test]
+async fn a_transaction_waiting_alive_outlives_the_idle_timeout() {
+    let (_url, db, _pool, _dir) = two_connection_pool().await;
+    let mut tx = db.begin_write().await.unwrap();
+    let waited = tx.wait_alive(tokio::time::sleep(Duration::from_secs(7))).await;
+    assert!(waited.is_ok(), "{waited:?}");
+    let context_ops::store::Tx::Postgres(conn) = &mut tx else { unreachable!() };
+    let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut **conn).await.expect("the session is still open");
+    assert_eq!(one, 1);
+    tx.commit().await.unwrap();
+    // The control: a transaction that only sleeps is ended by the server.
+    let mut tx = db.begin_write().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let context_ops::store::Tx::Postgres(conn) = &mut tx else { unreachable!() };
+    assert!(sqlx::query("SELECT 1").execute(&mut **conn).await.is_err(), "idle past the timeout: ended");
 }

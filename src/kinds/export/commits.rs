@@ -168,7 +168,7 @@ async fn commit(db: &Db, lease: &Lease, batch: Batch<'_>, previous: Option<Commi
         .await
         .map_err(|e| if exports::is_missing_parent(&e) { gone() } else { e.into() })?;
     if let Some(previous) = previous {
-        let signals = previous.join().await?;
+        let signals = tx.wait_alive(previous.join()).await??;
         if signals.stops() {
             return Ok(signals);
         }

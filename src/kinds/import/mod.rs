@@ -230,7 +230,7 @@ async fn write_batch(
     let mut tx = db.begin_write().await?;
     tx.relax_commit().await?;
     let counts = insert_rows(&mut tx, tenant, &rows, locked).await?;
-    let next = counts.add_to(rows.advance.apply(base.resolve().await?));
+    let next = counts.add_to(rows.advance.apply(tx.wait_alive(base.resolve()).await??));
     let signals = commit(tx, lease, &next, total, rows.messages.len() + rows.entries.len()).await?;
     Ok((next, signals))
 }

@@ -54,8 +54,10 @@ pub(super) async fn write(
             break;
         }
     }
-    let total =
-        (&mut validation.0).await.map_err(|e| JobError::transient(format!("the validating task failed: {e}")))??;
+    let total = tx
+        .wait_alive(&mut validation.0)
+        .await?
+        .map_err(|e| JobError::transient(format!("the validating task failed: {e}")))??;
     // It started from the empty checkpoint: what it read is what it wrote.
     let records = (next.messages_read + next.entries_read) as usize;
     let signals = commit(tx, &ctx.lease, &next, total, records).await?;

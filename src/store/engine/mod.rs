@@ -127,6 +127,25 @@ impl Tx {
         self.postgres_only("SET LOCAL synchronous_commit = on").await
     }
 
+    /// Await `work` (something this transaction waits for: another task's result) while the
+    /// transaction stays open, telling PostgreSQL it is alive: a session idle in a
+    /// transaction for `IDLE_IN_TRANSACTION_TIMEOUT` is ended by the server, and a wait on
+    /// another task is no sign of a frozen process. (An import's first transaction waits
+    /// for its artifact to validate, seconds past that timeout for a large one, and its
+    /// retries died the same way every time.) A failed ping is this result's error.
+    pub async fn wait_alive<F: Future>(&mut self, work: F) -> Result<F::Output, sqlx::Error> {
+        let Tx::Postgres(tx) = self else { return Ok(work.await) };
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return Ok(out),
+                _ = tokio::time::sleep(KEEP_ALIVE_EVERY) => {
+                    sqlx::query("SELECT 1").execute(&mut **tx).await?;
+                }
+            }
+        }
+    }
+
     async fn postgres_only(&mut self, statement: &'static str) -> Result<(), sqlx::Error> {
         if let Tx::Postgres(tx) = self {
             sqlx::query(statement).execute(&mut **tx).await?;
@@ -150,6 +169,8 @@ pub fn redact_url(url: &str) -> String {
 
 /// PostgreSQL `idle_in_transaction_session_timeout` of every connection (see `Db::connect`).
 const IDLE_IN_TRANSACTION_TIMEOUT: &str = "5s";
+/// How often [`Tx::wait_alive`] speaks while it waits: well inside that timeout.
+const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(2);
 
 /// How long a PostgreSQL request waits for a pool connection by default. With the server
 /// down, sqlx retries the refused connection until this deadline, so it is also how long
