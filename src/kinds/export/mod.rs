@@ -174,7 +174,10 @@ async fn export(
     let finished = encoder.finish().map_err(encode_failed)?;
     total = total.max(processed);
     commits.spawn(ctx, &mut encoder, &mut checkpoint, Some(finished.clone()), (processed, total), &mut committed).await;
-    ctx.boundary(commits.settle().await?)?;
+    // Sealed, with the checkpoint that says so: the export is done, and a cancel, pause,
+    // deadline or shutdown seen now comes too late (it failed an export whose artifact
+    // was ready, or released one a later run found done).
+    commits.settle().await?;
     Ok(ExportResult::new(&checkpoint.artifact_id, &finished))
 }
 
