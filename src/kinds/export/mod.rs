@@ -249,11 +249,11 @@ fn spawn_reader(
                     return;
                 }
             };
+            // A page may be cut short by its bytes: only an empty one says the entries end.
             let Some(last) = page.last() else { return };
             after_entry = Some(last.id.clone());
-            let full = page.len() >= batch;
-            if tx.send(Ok(Page::Entries(page))).await.is_err() || !full {
-                return; // the job stopped listening, or there is nothing more to read
+            if tx.send(Ok(Page::Entries(page))).await.is_err() {
+                return; // the job stopped listening
             }
         }
     });

@@ -4,7 +4,9 @@
 use sqlx::AssertSqlSafe;
 
 use super::{ENTRY_COLUMNS, EntryRow, entry_from_row};
-use crate::store::{Db, StoreError, StoreResult, now_ms, placeholders, query};
+use crate::store::artifacts::export_pages::PAGE_BYTES;
+use crate::store::engine::Query;
+use crate::store::{Db, Engine, StoreError, StoreResult, now_ms, placeholders, query};
 use context_jobs::contract::{ContextInsight, ExportFilter};
 use context_jobs::entries::status_str;
 use context_jobs::ids::TenantKey;
@@ -53,7 +55,9 @@ pub async fn history(
         .collect()
 }
 
-/// One page of the tenant's current entry rows in id order, after `after_id`. All statuses
+/// One page of the tenant's current entry rows in id order, after `after_id`: up to
+/// `limit` rows, and fewer once their JSON text reaches `PAGE_BYTES` (an entry may hold
+/// ~80 KiB: 5,000 of them were 400 MB read at once); empty when none is left. All statuses
 /// are included unless `include_expired` is false, which omits `expired` entries and
 /// entries whose `expiresAtMs` has passed.
 pub async fn export_page(
@@ -66,15 +70,50 @@ pub async fn export_page(
 ) -> StoreResult<Vec<ContextInsight>> {
     let filter = export_filter(include_expired, 4);
     let only = crate::store::artifacts::export_filter::predicate(db.engine(), tenant, only);
+    // First the ids and sizes (the sizes from the stored lengths, without the text), then
+    // the rows up to the one that reaches the byte budget.
+    let size = match db.engine() {
+        Engine::Postgres => {
+            "CAST(octet_length(content) + COALESCE(octet_length(attributes), 0) + octet_length(provenance) AS BIGINT)"
+        }
+        Engine::Sqlite => {
+            "length(CAST(content AS BLOB)) + COALESCE(length(CAST(attributes AS BLOB)), 0) \
+             + length(CAST(provenance AS BLOB))"
+        }
+    };
     let sql = format!(
-        "SELECT {ENTRY_COLUMNS} FROM context_entries WHERE tenant = $1 AND id > $2{filter}{only} ORDER BY id ASC LIMIT $3"
+        "SELECT id, {size} FROM context_entries WHERE tenant = $1 AND id > $2{filter}{only} ORDER BY id ASC LIMIT $3"
     );
-    let mut q = query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(after_id.unwrap_or("")).bind(limit as i64);
-    if !include_expired {
-        q = q.bind(status_str(context_jobs::contract::ContextInsightStatus::Expired)).bind(now_ms());
-    }
-    let rows: Vec<EntryRow> = q.fetch_all(db).await?;
+    let q = query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(after_id.unwrap_or("")).bind(limit as i64);
+    let sizes: Vec<(String, i64)> = unexpired(q, include_expired).fetch_all(db).await?;
+    let mut bytes = 0usize;
+    let Some(last) = sizes
+        .iter()
+        .position(|(_, n)| {
+            bytes += (*n).max(0) as usize;
+            bytes >= PAGE_BYTES
+        })
+        .or_else(|| sizes.len().checked_sub(1))
+    else {
+        return Ok(Vec::new());
+    };
+    let until = &sizes[last].0;
+    let sql = format!(
+        "SELECT {ENTRY_COLUMNS} FROM context_entries WHERE tenant = $1 AND id > $2 AND id <= $3{filter}{only} \
+         ORDER BY id ASC"
+    );
+    let q = query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(after_id.unwrap_or("")).bind(until.as_str());
+    let rows: Vec<EntryRow> = unexpired(q, include_expired).fetch_all(db).await?;
     rows.into_iter().map(entry_from_row).collect()
+}
+
+/// `export_filter`'s binds, when it filters.
+fn unexpired(q: Query<'_>, include_expired: bool) -> Query<'_> {
+    if include_expired {
+        q
+    } else {
+        q.bind(status_str(context_jobs::contract::ContextInsightStatus::Expired)).bind(now_ms())
+    }
 }
 
 /// How many entries an export will write (its expected total, with the messages).

@@ -1,16 +1,19 @@
 //! An export reads its messages in pages of `batch_size` rows — or fewer once a page's text
 //! reaches `export_pages::PAGE_BYTES`, so a tenant of large messages keeps each page (and
-//! the few read ahead) to a few megabytes instead of `batch_size` times a message; an
-//! import cuts its batches by bytes the same way.
+//! the few read ahead) to a few megabytes instead of `batch_size` times a message; so are
+//! its entries' pages (an entry may hold ~80 KiB); an import cuts its batches by bytes the
+//! same way.
 
 use std::sync::{Arc, Mutex};
 
 use context_jobs::contract::{ContextOperationState, ExportFilter};
 use context_jobs::ids::TenantKey;
 use context_ops::store::artifacts::export_pages::{PAGE_BYTES, SparePages, for_each_page};
+use context_ops::store::entries::reads::export_page;
 use context_ops::store::query;
 use serde_json::json;
 
+use crate::harness::insights::insight;
 use crate::harness::{OperationExt as _, TestApp, message};
 
 async fn large_messages_are_read_in_pages_bounded_by_bytes(app: TestApp) {
@@ -41,6 +44,24 @@ async fn large_messages_are_read_in_pages_bounded_by_bytes(app: TestApp) {
         assert!(bytes < PAGE_BYTES + (1 << 20) + 4096, "a page of {bytes} bytes");
     }
 
+    // 200 entries of ~60 KB: pages of up to 1,000 rows are cut at the byte bound too.
+    let text = "y".repeat(60_000);
+    let entries: Vec<_> = (0..200).map(|i| insight(format!("e{i:03}"), json!(text))).collect();
+    crate::harness::insights::import(app.db(), tenant.as_str(), &entries).await;
+    let (mut after, mut pages, mut ids) = (None::<String>, 0, Vec::new());
+    loop {
+        let page =
+            export_page(app.db(), &tenant, true, &ExportFilter::default(), after.as_deref(), 1_000).await.unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some(last.id.clone());
+        let bytes: usize = page.iter().map(|e| e.content.to_string().len()).sum();
+        assert!(bytes < PAGE_BYTES + 64_000, "an entry page of {bytes} bytes");
+        ids.extend(page.into_iter().map(|e| e.id));
+        pages += 1;
+    }
+    assert_eq!(ids, (0..200).map(|i| format!("e{i:03}")).collect::<Vec<_>>(), "every entry once, in order");
+    assert!(pages >= 3, "12 MB of entries in pages of ~{PAGE_BYTES} bytes: {pages} pages");
+
     // The same messages exported and imported back: the import cuts its batches by bytes
     // too (~4 of these per batch, against the default batch size of 5,000), and every message comes
     // back once, in order, whole.
@@ -53,6 +74,7 @@ async fn large_messages_are_read_in_pages_bounded_by_bytes(app: TestApp) {
     let ids: Vec<&str> = back.iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert_eq!(ids, (0..12).map(|i| format!("m{i:02}")).collect::<Vec<_>>());
     assert!(back.iter().all(|m| m["content"].as_str().map(str::len) == Some(1 << 20)));
+    assert_eq!(op.result_json()["entries"]["skipped"], 200, "the entries were exported, and are still there: {op:?}");
     app.stop().await;
 }
 
