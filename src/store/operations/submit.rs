@@ -6,10 +6,10 @@ use sqlx::AssertSqlSafe;
 
 use super::transitions::pause_holds;
 use super::{COLUMNS, OperationRow};
-use crate::store::engine::Query;
+use crate::store::engine::{Query, is_unique_violation};
 use crate::store::messages::conversations;
-use crate::store::{Db, Engine, StoreError, StoreResult, now_ms, query};
-use context_jobs::contract::ContextOperationState;
+use crate::store::{Db, Engine, StoreError, StoreResult, Tx, now_ms, query};
+use context_jobs::contract::{ContextOperationKind, ContextOperationState};
 use context_jobs::ids::{ConversationId, OperationId, TenantKey};
 use context_jobs::operation::schedule::phase::{PAUSED, SCHEDULED};
 use context_jobs::operation::{OperationRequest, Schedule, SubmitOptions, phase};
@@ -83,26 +83,68 @@ pub async fn submit(db: &Db, tenant: &TenantKey, new: &NewOperation<'_>) -> Stor
         };
     }
     let mut tx = db.begin_write().await?;
-    if let Some(key) = new.idempotency_key {
-        let sql = format!("SELECT {COLUMNS} FROM operations WHERE tenant = $1 AND idempotency_key = $2");
-        let existing: Option<OperationRow> =
-            query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(key).fetch_optional(&mut tx).await?;
-        if let Some(existing) = existing {
-            if existing.request_fingerprint != fingerprint || existing.kind != kind {
-                return Err(StoreError::Conflict(format!(
-                    "idempotency key {key:?} was already used for a different request (operation {})",
-                    existing.id
-                )));
-            }
-            return Ok(Submitted { operation: existing, created: false });
+    if let Some(key) = new.idempotency_key
+        && let Some(existing) = keyed(&mut tx, tenant, key).await?
+    {
+        return same_request(existing, key, &fingerprint, kind);
+    }
+    let inserted = async {
+        if let SubmitEffect::MarkDeleting { conversation_id } = new.effect {
+            conversations::mark_deleting(&mut tx, tenant, conversation_id, &id).await?;
         }
+        Ok::<OperationRow, StoreError>(insert.fetch_one(&mut tx).await?)
     }
-    if let SubmitEffect::MarkDeleting { conversation_id } = new.effect {
-        conversations::mark_deleting(&mut tx, tenant, conversation_id, &id).await?;
+    .await;
+    let inserted = match inserted {
+        Ok(operation) => tx.commit().await.map(|()| operation).map_err(StoreError::from),
+        Err(e) => {
+            // Now, not when the connection is next used: its locks go with it.
+            let _ = tx.rollback().await;
+            Err(e)
+        }
+    };
+    match (inserted, new.idempotency_key) {
+        (Ok(operation), _) => Ok(Submitted { operation, created: true }),
+        // A submission with the same key that committed first (PostgreSQL: both looked the
+        // key up before either inserted; this insert waited for the other's and found its
+        // key taken, or its delete's barrier): the same key answers the same operation.
+        (Err(e), Some(key))
+            if matches!(&e, StoreError::Db(db_error) if is_unique_violation(db_error))
+                || matches!(e, StoreError::Conflict(_)) =>
+        {
+            let mut tx = db.begin_write().await?;
+            let existing = keyed(&mut tx, tenant, key).await?;
+            tx.rollback().await?;
+            match existing {
+                Some(existing) => same_request(existing, key, &fingerprint, kind),
+                None => Err(e),
+            }
+        }
+        (Err(e), _) => Err(e),
     }
-    let operation: OperationRow = insert.fetch_one(&mut tx).await?;
-    tx.commit().await?;
-    Ok(Submitted { operation, created: true })
+}
+
+/// The operation idempotency key `key` names in `tenant`, if any.
+async fn keyed(tx: &mut Tx, tenant: &TenantKey, key: &str) -> StoreResult<Option<OperationRow>> {
+    let sql = format!("SELECT {COLUMNS} FROM operations WHERE tenant = $1 AND idempotency_key = $2");
+    Ok(query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(key).fetch_optional(&mut *tx).await?)
+}
+
+/// The operation a repeated idempotency key names, if its request is the same (else a
+/// conflict).
+fn same_request(
+    existing: OperationRow,
+    key: &str,
+    fingerprint: &str,
+    kind: ContextOperationKind,
+) -> StoreResult<Submitted> {
+    if existing.request_fingerprint != fingerprint || existing.kind != kind {
+        return Err(StoreError::Conflict(format!(
+            "idempotency key {key:?} was already used for a different request (operation {})",
+            existing.id
+        )));
+    }
+    Ok(Submitted { operation: existing, created: false })
 }
 
 /// The `INSERT` of a new queued row, returning it. With `barrier` (PostgreSQL), the same

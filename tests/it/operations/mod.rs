@@ -3,7 +3,8 @@
 //! walls and forget on queued operations (`queued`); listing, bad input, maintenance
 //! status and metrics (`listing`); the retention sweep (`sweep`); an operation's shown
 //! request on every kind (`request`); batches paced by time (`pacing`); a retention plan
-//! that spares a conversation deleted and written again (`recreated`).
+//! that spares a conversation deleted and written again (`recreated`); one idempotency key
+//! submitted by many at once (`idempotency`).
 
 use context_jobs::contract::{
     CONTEXT_OPERATIONS_PATH as OPS, CONVERSATION_DELETE_PATH as DELETE, RETENTION_PATH as RETENTION,
@@ -11,6 +12,7 @@ use context_jobs::contract::{
 
 use crate::harness::{TestApp, message};
 
+mod idempotency;
 mod lifecycle;
 mod listing;
 mod pacing;
