@@ -80,9 +80,20 @@ pub fn imported_version(version: u64) -> u64 {
     version.max(1)
 }
 
-/// An imported entry: [`validate_entry`], and its `version`, which an import keeps.
+/// An imported entry: [`validate_entry`], and its `version` and times, which an import
+/// keeps (a time must not be negative, as a message's `createdAtMs` must not: recall's
+/// recency of `updatedAtMs` near `i64::MIN` overflowed).
 pub fn validate_imported_entry(entry: &ContextInsight) -> Result<(), EntryRuleError> {
     validate_entry(entry)?;
+    for (what, at) in [
+        ("createdAtMs", Some(entry.created_at_ms)),
+        ("updatedAtMs", Some(entry.updated_at_ms)),
+        ("expiresAtMs", entry.expires_at_ms),
+    ] {
+        if at.is_some_and(|at| at < 0) {
+            return Err(EntryRuleError::Invalid(format!("{what} must not be negative")));
+        }
+    }
     if entry.version > MAX_IMPORTED_VERSION {
         return Err(EntryRuleError::Invalid(format!(
             "entry version {} is above the largest an import keeps, {MAX_IMPORTED_VERSION}",

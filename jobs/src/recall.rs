@@ -74,7 +74,7 @@ pub fn term_frequencies(terms: &[String], doc_terms: &[String]) -> (Vec<u32>, u3
 }
 
 pub fn recency(updated_at_ms: i64, now_ms: i64) -> f64 {
-    let age = (now_ms - updated_at_ms).max(0) as f64;
+    let age = now_ms.saturating_sub(updated_at_ms).max(0) as f64;
     0.5f64.powf(age / RECENCY_HALF_LIFE_MS)
 }
 
@@ -174,6 +174,8 @@ mod tests {
         assert_eq!(recency(1000, 1000), 1.0);
         assert_eq!(recency(2000, 1000), 1.0);
         assert!((recency(0, RECENCY_HALF_LIFE_MS as i64) - 0.5).abs() < 1e-12);
+        // Times far apart do not overflow: the oldest is the least recent.
+        assert_eq!(recency(i64::MIN, i64::MAX), 0.0);
     }
 
     #[test]

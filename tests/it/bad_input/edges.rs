@@ -2,7 +2,8 @@
 //! refused (or served) alike: a relation id longer than a resource id may be (its first
 //! agent id is an indexed column PostgreSQL caps), a message cursor hiding a NUL inside
 //! its base64, a role filter repeating one role tens of thousands of times (past SQLite's
-//! parameter limit), and an imported entry version no later write could add one to.
+//! parameter limit), an imported entry version no later write could add one to, and
+//! imported entry times that are negative.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -81,6 +82,17 @@ async fn edges_are_refused_or_served_alike(app: TestApp) {
     let import = json!({"entries": [entry("e", MAX_IMPORTED_VERSION)], "idempotencyKey": "vmax"});
     let (status, body) = app.post(CONTEXT_IMPORT_PATH, &import).await;
     assert_eq!(status, 202, "{body}");
+
+    // Its times are not negative (recall's recency of an `updatedAtMs` near i64::MIN
+    // overflowed: a 500 in a debug build, the newest-looking entry in a release one).
+    for (field, value) in [("createdAtMs", i64::MIN), ("updatedAtMs", i64::MIN), ("expiresAtMs", -1)] {
+        let mut bad = entry("t", 1);
+        bad[field] = json!(value);
+        let import = json!({"entries": [bad], "idempotencyKey": format!("t-{field}")});
+        let (status, body) = app.post(CONTEXT_IMPORT_PATH, &import).await;
+        assert_api_error(status, &body, 400);
+        assert!(body["message"].as_str().unwrap().contains(field), "{body}");
+    }
 }
 
 backend_tests!(edges_are_refused_or_served_alike);
