@@ -368,11 +368,11 @@ mod tests {
         assert_eq!(decoded, record);
     }
 
-    #[test]
-    fn validation_rejects_bad_batches() {
-        let ok = ConversationRecord {
-            id: "m".into(),
-            scope: ConversationScope::conversation("c"),
+    /// A user's message `id` in `conversation`.
+    fn user(id: &str, conversation: &str) -> ConversationRecord {
+        ConversationRecord {
+            id: id.into(),
+            scope: ConversationScope::conversation(conversation),
             role: "user".into(),
             content: json!("x"),
             name: None,
@@ -380,7 +380,12 @@ mod tests {
             sequence: 0,
             created_at_ms: 0,
             metadata: Value::Null,
-        };
+        }
+    }
+
+    #[test]
+    fn validation_rejects_bad_batches() {
+        let ok = user("m", "c");
         assert!(validate_append(T, std::slice::from_ref(&ok)).is_ok());
         assert!(validate_append(T, &[]).is_err());
         let mut bad_role = ok.clone();
@@ -398,17 +403,7 @@ mod tests {
     #[test]
     fn a_message_key_fits_postgresql_index_rows() {
         let four = |n| "\u{1F600}".repeat(n);
-        let mut r = ConversationRecord {
-            id: four(MAX_RESOURCE_ID_CHARS),
-            scope: ConversationScope::conversation(&four(MAX_RESOURCE_ID_CHARS)),
-            role: "user".into(),
-            content: json!("x"),
-            name: None,
-            tool_call_id: None,
-            sequence: 0,
-            created_at_ms: 0,
-            metadata: Value::Null,
-        };
+        let mut r = user(&four(MAX_RESOURCE_ID_CHARS), &four(MAX_RESOURCE_ID_CHARS));
         assert!(validate_append(T, std::slice::from_ref(&r)).is_ok());
         // Every id at 191 characters of three bytes (CJK) fits.
         let three = "\u{4E2D}".repeat(MAX_RESOURCE_ID_CHARS);
