@@ -10,6 +10,7 @@
 //!
 //! - this file: the lease holder's transitions ([`apply`]) and the attempt history;
 //! - [`claim`]: claiming the next by fair share, holding queued work, recovering orphans;
+//! - [`shares`]: what a claim records besides: the fair share's tie-break, why work waits;
 //! - [`api`]: the API's and dispatcher's transitions (cancel, retry, expire, bulk).
 //! - [`view`]: the scheduler's view of a kind's queues, and this process's recent copy;
 //! - [`combine`]: claims off that copy that arrive together, made in one statement.
@@ -17,6 +18,7 @@
 mod api;
 mod claim;
 mod combine;
+mod shares;
 mod view;
 
 pub use api::{BulkAction, BulkFilter, BulkOutcome, bulk, cancel, expire_overdue, requeue, set_paused};
