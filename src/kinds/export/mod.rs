@@ -174,10 +174,14 @@ async fn export(
     let finished = encoder.finish().map_err(encode_failed)?;
     total = total.max(processed);
     commits.spawn(ctx, &mut encoder, &mut checkpoint, Some(finished.clone()), (processed, total), &mut committed).await;
-    // Sealed, with the checkpoint that says so: the export is done, and a cancel, pause,
-    // deadline or shutdown seen now comes too late (it failed an export whose artifact
-    // was ready, or released one a later run found done).
-    commits.settle().await?;
+    let sealed = commits.settle().await?;
+    if sealed.stops() {
+        // The commit before it saw a cancel or a pause, so the seal was not written.
+        ctx.boundary(sealed)?;
+        return Err(JobError::transient("the export's sealing commit was not written"));
+    }
+    // Sealed, with the checkpoint that says so: the export is done, and a deadline or a
+    // shutdown seen now comes too late (it failed an export whose artifact was ready).
     Ok(ExportResult::new(&checkpoint.artifact_id, &finished))
 }
 
