@@ -81,38 +81,49 @@ pub async fn export_page(
              + length(CAST(provenance AS BLOB))"
         }
     };
-    let sql = format!(
+    let sizes_sql = format!(
         "SELECT id, {size} FROM context_entries WHERE tenant = $1 AND id > $2{filter}{only} ORDER BY id ASC LIMIT $3"
     );
-    let q = query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(after_id.unwrap_or("")).bind(limit as i64);
-    let sizes: Vec<(String, i64)> = unexpired(q, include_expired).fetch_all(db).await?;
-    let mut bytes = 0usize;
-    let Some(last) = sizes
-        .iter()
-        .position(|(_, n)| {
-            bytes += (*n).max(0) as usize;
-            bytes >= PAGE_BYTES
-        })
-        .or_else(|| sizes.len().checked_sub(1))
-    else {
-        return Ok(Vec::new());
-    };
-    let until = &sizes[last].0;
-    let sql = format!(
+    let rows_sql = format!(
         "SELECT {ENTRY_COLUMNS} FROM context_entries WHERE tenant = $1 AND id > $2 AND id <= $3{filter}{only} \
          ORDER BY id ASC"
     );
-    let q = query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(after_id.unwrap_or("")).bind(until.as_str());
-    let rows: Vec<EntryRow> = unexpired(q, include_expired).fetch_all(db).await?;
-    rows.into_iter().map(entry_from_row).collect()
+    // One moment for both reads' expiry.
+    let now = now_ms();
+    let mut after = after_id.unwrap_or("").to_string();
+    loop {
+        let q = query(AssertSqlSafe(sizes_sql.as_str())).bind(tenant.as_str()).bind(after.as_str()).bind(limit as i64);
+        let sizes: Vec<(String, i64)> = unexpired(q, include_expired, now).fetch_all(db).await?;
+        let mut bytes = 0usize;
+        let Some(last) = sizes
+            .iter()
+            .position(|(_, n)| {
+                bytes += (*n).max(0) as usize;
+                bytes >= PAGE_BYTES
+            })
+            .or_else(|| sizes.len().checked_sub(1))
+        else {
+            return Ok(Vec::new());
+        };
+        let until = sizes[last].0.as_str();
+        let q = query(AssertSqlSafe(rows_sql.as_str())).bind(tenant.as_str()).bind(after.as_str()).bind(until);
+        let rows: Vec<EntryRow> = unexpired(q, include_expired, now).fetch_all(db).await?;
+        if !rows.is_empty() {
+            return rows.into_iter().map(entry_from_row).collect();
+        }
+        // Every entry of that range left the export between the two reads (expired, or its
+        // conversation deleted under an agent filter): an empty page would end the export,
+        // so read on after it.
+        after = until.to_string();
+    }
 }
 
 /// `export_filter`'s binds, when it filters.
-fn unexpired(q: Query<'_>, include_expired: bool) -> Query<'_> {
+fn unexpired(q: Query<'_>, include_expired: bool, now: i64) -> Query<'_> {
     if include_expired {
         q
     } else {
-        q.bind(status_str(context_jobs::contract::ContextInsightStatus::Expired)).bind(now_ms())
+        q.bind(status_str(context_jobs::contract::ContextInsightStatus::Expired)).bind(now)
     }
 }
 
