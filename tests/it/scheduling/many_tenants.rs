@@ -1,7 +1,7 @@
-//! The scheduler's view holds at most 1,000 tenants: those with due work first, the least
-//! recently served first among them. It once held the first 1,000 by name, due or not, so
-//! a tenant later in the alphabet was never served while those waited for a scheduled
-//! start.
+//! The scheduler's view holds at most 1,000 tenants: those with due work and no pause
+//! first, the least recently served first among them. It once held the first 1,000 by name,
+//! due or not, so a tenant later in the alphabet was never served while those waited for a
+//! scheduled start or a resume.
 
 use context_jobs::contract::ContextOperationKind;
 use context_ops::store::operations::transitions::{ClaimLimits, Next, ViewCache, claim_next};
@@ -43,5 +43,24 @@ async fn a_tenant_past_the_first_thousand_is_served(backend: Backend) {
             .execute(&db)
             .await
             .unwrap();
+    }
+
+    // The same 1,200 tenants with their work due now, each paused: never claimed, never
+    // served, they would sort first by their last claim.
+    query("UPDATE operations SET not_before_ms = 0, phase = 'paused' WHERE id <> 'due'").execute(&db).await.unwrap();
+    query(
+        "INSERT INTO queue_controls (kind, tenant, paused, updated_at_ms) \
+         SELECT DISTINCT 'delete', tenant, 1, 1 FROM operations WHERE id <> 'due'",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
+    let views = ViewCache::default();
+    match claim_next(&db, ContextOperationKind::Delete, "worker-1", 15_000, &ClaimLimits::default(), &views)
+        .await
+        .unwrap()
+    {
+        Next::Claimed(claimed) => assert_eq!(claimed.operation.id.as_str(), "due"),
+        _ => panic!("the due operation behind 1,200 paused tenants was not claimed"),
     }
 }

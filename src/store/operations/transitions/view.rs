@@ -33,8 +33,8 @@ pub const VIEW_TTL: Duration = Duration::from_millis(200);
 /// the kind paused for everyone, the head's queue position)`.
 type QueueRow = (String, Option<String>, i64, Option<i64>, i64, i64, i64, Option<i64>, Option<i64>);
 
-/// Tenants a view holds at most: those with a due head first, the least recently served
-/// first among them. (The first tenants by name once filled it, due or not: past 1,000
+/// Tenants a view holds at most: those with a due head and no pause first, the least
+/// recently served first among them. (The first tenants by name once filled it, due or not: past 1,000
 /// tenants with queued work, the rest were never served while those waited for a
 /// scheduled start or a resume.)
 const MAX_TENANTS: usize = 1000;
@@ -63,6 +63,7 @@ static QUEUES_SQL: LazyLock<String> = LazyLock::new(|| {
            FROM t WHERE t.tenant IS NOT NULL), \
          chosen AS (SELECT hd.tenant, hd.head FROM heads hd \
            ORDER BY hd.head IS NULL, \
+             EXISTS (SELECT 1 FROM queue_controls p WHERE p.kind = $1 AND p.tenant = hd.tenant AND p.paused = 1), \
              (SELECT s.last_claim_ms FROM queue_shares s WHERE s.kind = $1 AND s.tenant = hd.tenant) NULLS FIRST, \
              hd.tenant LIMIT {MAX_TENANTS}) \
          SELECT q.tenant, q.head, \
