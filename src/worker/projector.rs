@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
@@ -20,18 +21,18 @@ use context_jobs::ids::TenantKey;
 const PROJECTOR_NAME: &str = maintenance::PROJECTOR;
 const BATCH: usize = 500;
 const MAX_BATCHES_PER_TICK: usize = 20;
-/// Transient embedding failures (a provider down or overloaded) in one tick before it ends.
+/// Tenants whose embedding may fail in one tick before it ends.
 const MAX_FAILURES_PER_TICK: usize = 3;
 /// How long a tenant whose entries the provider refused (a permanent error: an input over
 /// the model's limit) waits before this process tries it again. It would otherwise be
 /// first in line at every tick (its projection time does not move), and a few such
 /// tenants took every tick's turns from the rest.
 const REFUSED_RETRY: Duration = Duration::from_secs(60);
-/// A tick's claim, renewed before each batch: longer than one batch (a provider's request
-/// may take up to 60 s), short enough that a dead holder's claim lapses soon. A tick of
-/// many batches once outlived a claim that was never renewed, and a second process ran the
-/// tick beside it (paying for the same embeddings twice).
-const TICK_LEASE_MS: i64 = 90_000;
+/// A tick's claim, renewed every third of it while the tick runs: a dead holder's lapses
+/// soon. A tick of many batches (each up to 500 texts, several provider requests of up to
+/// 60 s) once outlived a claim that was never renewed, and a second process ran the tick
+/// beside it (paying for the same embeddings twice).
+const TICK_LEASE_MS: i64 = 30_000;
 
 pub fn spawn(
     db: Db,
@@ -88,23 +89,40 @@ async fn run_tick(
     if !maintenance::try_begin(db, PROJECTOR_NAME, holder, period_ms, TICK_LEASE_MS).await? {
         return Ok(None);
     }
-    let outcome = drain(db, embedder, holder, refused).await;
+    let lost = Arc::new(AtomicBool::new(false));
+    let renewing = spawn_renewal(db.clone(), holder.to_string(), lost.clone());
+    let outcome = drain(db, embedder, &lost, refused).await;
+    renewing.abort();
     let written = *outcome.as_ref().unwrap_or(&0);
     maintenance::finish(db, PROJECTOR_NAME, holder, written as i64).await?;
     metrics::counter!(crate::metrics::PROJECTOR_VECTORS).increment(written);
     outcome.map(Some)
 }
 
-async fn drain(db: &Db, embedder: &Embedder, holder: &str, refused: &mut Refused) -> StoreResult<u64> {
+/// Renew the tick's claim every third of it; `lost` is set once a renewal fails (the claim
+/// may have lapsed and another process may run the tick: this one stops at its next batch).
+fn spawn_renewal(db: Db, holder: String, lost: Arc<AtomicBool>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(TICK_LEASE_MS as u64 / 3)).await;
+            if !matches!(maintenance::renew(&db, PROJECTOR_NAME, &holder, TICK_LEASE_MS).await, Ok(true)) {
+                lost.store(true, Ordering::Relaxed);
+                return;
+            }
+        }
+    })
+}
+
+async fn drain(db: &Db, embedder: &Embedder, lost: &AtomicBool, refused: &mut Refused) -> StoreResult<u64> {
     let mut written = 0u64;
     // Tenants skipped for the rest of this tick: refused ones (for `REFUSED_RETRY`), and
     // those whose embedding failed transiently in it.
     let mut skip = refused.waiting();
-    let mut transient = 0;
+    let mut failures = 0;
     let mut first_error = None;
-    for batch in 0..MAX_BATCHES_PER_TICK {
-        if batch > 0 && !maintenance::renew(db, PROJECTOR_NAME, holder, TICK_LEASE_MS).await? {
-            tracing::warn!("projector: the tick's claim ran out; the rest waits for the next tick");
+    for _ in 0..MAX_BATCHES_PER_TICK {
+        if lost.load(Ordering::Relaxed) {
+            tracing::warn!("projector: the tick's claim could not be renewed; the rest waits for the next tick");
             break;
         }
         // One tenant's next stale page: the walk from its watermark.
@@ -119,13 +137,13 @@ async fn drain(db: &Db, embedder: &Embedder, holder: &str, refused: &mut Refused
                 tracing::warn!(tenant = %tenant, error = %format!("{e:#}"), permanent, "projector: embedding failed; the tenant waits");
                 if permanent {
                     refused.0.insert(tenant.clone(), Instant::now() + REFUSED_RETRY);
-                } else {
-                    transient += 1;
                 }
+                failures += 1;
                 skip.push(tenant);
                 first_error.get_or_insert(StoreError::Other(e.into()));
-                // A provider that is down fails every tenant: stop after a few.
-                if transient >= MAX_FAILURES_PER_TICK {
+                // A provider that is down (or refuses the key or the model) fails every
+                // tenant: stop after a few. The refused wait, so the next tick goes on.
+                if failures >= MAX_FAILURES_PER_TICK {
                     break;
                 }
                 continue;
