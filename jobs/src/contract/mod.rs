@@ -5,6 +5,7 @@
 
 mod cursor;
 mod entries;
+mod message_rules;
 mod messages;
 pub mod nul;
 mod operations;
@@ -14,6 +15,7 @@ mod transfer;
 
 pub use cursor::*;
 pub use entries::*;
+pub use message_rules::*;
 pub use messages::*;
 pub use operations::*;
 pub use transfer::*;
