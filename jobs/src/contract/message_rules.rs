@@ -120,17 +120,7 @@ mod tests {
 
     /// A user's message `id` in `conversation`.
     fn user(id: &str, conversation: &str) -> ConversationRecord {
-        ConversationRecord {
-            id: id.into(),
-            scope: ConversationScope::conversation(conversation),
-            role: "user".into(),
-            content: json!("x"),
-            name: None,
-            tool_call_id: None,
-            sequence: 0,
-            created_at_ms: 0,
-            metadata: Value::Null,
-        }
+        ConversationRecord::new(id, conversation, "user", json!("x"))
     }
 
     #[test]

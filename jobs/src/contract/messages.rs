@@ -84,6 +84,24 @@ pub struct ConversationRecord {
     pub metadata: Value,
 }
 
+impl ConversationRecord {
+    /// A message `id` of `role` in `conversation`, as a writer sends one: no name, tool
+    /// call or metadata; the service assigns its sequence and, at 0, its time.
+    pub fn new(id: impl Into<String>, conversation: impl Into<String>, role: &str, content: Value) -> Self {
+        Self {
+            id: id.into(),
+            scope: ConversationScope::conversation(conversation),
+            role: role.into(),
+            content,
+            name: None,
+            tool_call_id: None,
+            sequence: 0,
+            created_at_ms: 0,
+            metadata: Value::Null,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]

@@ -120,17 +120,7 @@ pub async fn read(response: reqwest::Response) -> (u16, Value) {
 
 /// A plain message (`content` a string; the server assigns sequence and time).
 pub fn message(conversation: &str, id: &str, role: &str, text: &str) -> ConversationRecord {
-    ConversationRecord {
-        id: id.into(),
-        scope: ConversationScope::conversation(conversation),
-        role: role.into(),
-        content: json!(text),
-        name: None,
-        tool_call_id: None,
-        sequence: 0,
-        created_at_ms: 0,
-        metadata: Value::Null,
-    }
+    ConversationRecord::new(id, conversation, role, json!(text))
 }
 
 /// Assert the body is the contract's `ApiError` with `status`.

@@ -70,17 +70,7 @@ mod tests {
     use crate::contract::ConversationScope;
 
     fn rec(role: &str, content: Value) -> ConversationRecord {
-        ConversationRecord {
-            id: format!("{role}-{content}"),
-            scope: ConversationScope::conversation("c"),
-            role: role.into(),
-            content,
-            name: None,
-            tool_call_id: None,
-            sequence: 0,
-            created_at_ms: 0,
-            metadata: Value::Null,
-        }
+        ConversationRecord::new(format!("{role}-{content}"), "c", role, content)
     }
 
     #[test]

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{Kind, request_variant};
-use crate::contract::{ContextOperationKind, ConversationRecord, ConversationScope};
+use crate::contract::{ContextOperationKind, ConversationRecord};
 use crate::responses::{ResponseDecodeError, ResponsesRequest, TokenUsage, decode_response};
 
 /// The stored payload of an `inference` operation: one Responses turn.
@@ -173,16 +173,10 @@ pub fn reply_record(operation_id: &str, conversation_id: &str, result: &Inferenc
     if !result.echo.is_empty() {
         inference["echo"] = Value::Array(result.echo.clone());
     }
+    let reply = Value::String(result.text.clone());
     ConversationRecord {
-        id: reply_message_id(operation_id),
-        scope: ConversationScope::conversation(conversation_id),
-        role: "assistant".into(),
-        content: Value::String(result.text.clone()),
-        name: None,
-        tool_call_id: None,
-        sequence: 0,
-        created_at_ms: 0,
         metadata: json!({ "inference": inference }),
+        ..ConversationRecord::new(reply_message_id(operation_id), conversation_id, "assistant", reply)
     }
 }
 
