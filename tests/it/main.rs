@@ -34,6 +34,7 @@ mod recall;
 mod recall_quality;
 mod scheduling;
 mod startup;
+mod subtransactions;
 mod ui;
 mod ui_assets;
 mod vectors;

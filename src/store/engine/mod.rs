@@ -15,7 +15,7 @@ mod tx;
 
 pub use errors::{is_transient, is_unique_violation, transient_reason};
 pub use query::{Arg, Exec, Params, Query, Row, query};
-pub use tx::{SqliteTx, Tx};
+pub use tx::{PgTx, SqliteTx, Tx};
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -165,7 +165,7 @@ impl Db {
     /// Start a write transaction.
     pub async fn begin_write(&self) -> Result<Tx, sqlx::Error> {
         Ok(match self {
-            Db::Postgres(pool) => Tx::Postgres(pool.begin().await?),
+            Db::Postgres(pool) => Tx::Postgres(tx::PgTx::new(pool.begin().await?)),
             Db::Sqlite(pool) => Tx::Sqlite(SqliteTx::begin(pool).await?),
         })
     }

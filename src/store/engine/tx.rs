@@ -16,8 +16,51 @@ const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(2);
 /// IMMEDIATE`): two deferred transactions that both upgrade to writers fail with
 /// `SQLITE_BUSY` instead of waiting.
 pub enum Tx {
-    Postgres(Transaction<'static, sqlx::Postgres>),
+    Postgres(PgTx),
     Sqlite(SqliteTx),
+}
+
+/// A PostgreSQL write transaction and the subtransactions it has spent.
+///
+/// Why count them: each savepoint that writes is a subtransaction with an XID of its own,
+/// held until the top-level commit. A backend caches 64 of them; past that its snapshot
+/// entry overflows, and every snapshot in the cluster must consult `pg_subtrans` for as
+/// long as the transaction stays open — a cluster-wide slowdown one large import into
+/// existing conversations (a savepoint per conversation per batch) used to cause.
+pub struct PgTx {
+    tx: Transaction<'static, sqlx::Postgres>,
+    subtransactions: u32,
+}
+
+/// Savepoints a transaction may spend on optimistic writes: well under the 64 subtransactions
+/// a backend caches (`PGPROC_MAX_CACHED_SUBXIDS`), leaving room for any other savepoint.
+const SUBTRANSACTION_BUDGET: u32 = 32;
+
+impl PgTx {
+    pub(super) fn new(tx: Transaction<'static, sqlx::Postgres>) -> Self {
+        PgTx { tx, subtransactions: 0 }
+    }
+
+    /// Take one subtransaction for an optimistic write undone by a savepoint; `false` once
+    /// the budget is spent, when the caller takes its path without a savepoint instead.
+    pub fn take_subtransaction(&mut self) -> bool {
+        let left = self.subtransactions < SUBTRANSACTION_BUDGET;
+        self.subtransactions += u32::from(left);
+        left
+    }
+}
+
+impl std::ops::Deref for PgTx {
+    type Target = sqlx::PgConnection;
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for PgTx {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
 }
 
 /// A SQLite write transaction and this process' turn to write the file. Writers of one
@@ -70,7 +113,7 @@ const SQLITE_WRITE_WAIT: Duration = Duration::from_secs(30);
 impl Tx {
     pub async fn commit(self) -> Result<(), sqlx::Error> {
         match self {
-            Tx::Postgres(tx) => tx.commit().await,
+            Tx::Postgres(tx) => tx.tx.commit().await,
             Tx::Sqlite(tx) => tx.tx.commit().await,
         }
     }
@@ -79,7 +122,7 @@ impl Tx {
     /// holding its locks meanwhile).
     pub async fn rollback(self) -> Result<(), sqlx::Error> {
         match self {
-            Tx::Postgres(tx) => tx.rollback().await,
+            Tx::Postgres(tx) => tx.tx.rollback().await,
             Tx::Sqlite(tx) => tx.tx.rollback().await,
         }
     }

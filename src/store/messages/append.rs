@@ -124,11 +124,15 @@ pub async fn insert_locked(tx: &mut Tx, tenant: &TenantKey, locked: Locked<'_>) 
     for LockedConversation { id: conversation, agent, next_sequence, rows: group } in conversations {
         // Common case first: every id is new. Where the engine can insert all rows and
         // learn of a duplicate from the unique index itself, it does so (see
-        // `insert_if_all_new`); a conversation that never had a message (sequences start
-        // at 1) has nothing to skip; otherwise check which ids exist.
+        // `insert_if_all_new`) while the transaction has subtransactions to spend on it
+        // (`PgTx::take_subtransaction`); a conversation that never had a message
+        // (sequences start at 1) has nothing to skip; otherwise check which ids exist.
         let all_new = next_sequence > 1
             && match tx {
-                Tx::Postgres(c) => c.insert_if_all_new(tenant, conversation, next_sequence, now, &group).await?,
+                Tx::Postgres(c) => {
+                    c.take_subtransaction()
+                        && c.insert_if_all_new(tenant, conversation, next_sequence, now, &group).await?
+                }
                 Tx::Sqlite(c) => c.insert_if_all_new(tenant, conversation, next_sequence, now, &group).await?,
             };
         // Only the count of what went in is needed after this (no copy of the rows: an

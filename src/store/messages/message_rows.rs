@@ -56,7 +56,9 @@ impl MessageRows for sqlx::PgConnection {
     /// Optimistic bulk insert under a savepoint: the primary key itself detects a duplicate
     /// (23505), and the savepoint undoes the attempt. This avoids the "which ids exist"
     /// query, whose plan PostgreSQL gets badly wrong on a table without statistics (it
-    /// scans the whole conversation by the sequence index for every batch).
+    /// scans the whole conversation by the sequence index for every batch). Each attempt is
+    /// a subtransaction, so the caller spends one of its transaction's few on it
+    /// (`PgTx::take_subtransaction`) and checks ids once they are spent.
     async fn insert_if_all_new(
         &mut self,
         tenant: &str,

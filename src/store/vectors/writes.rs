@@ -21,9 +21,9 @@
 use sqlx::AssertSqlSafe;
 
 use super::reads::ToEmbed;
-use crate::store::engine::is_unique_violation;
 use crate::store::engine::pg_copy::CopyBinary;
 use crate::store::engine::sqlite_rows::{Arg as SqlArg, execute_rows};
+use crate::store::engine::{PgTx, is_unique_violation};
 use crate::store::{Engine, StoreResult, Tx, now_ms, query};
 use context_jobs::ids::TenantKey;
 
@@ -232,14 +232,12 @@ async fn copy_pg(conn: &mut sqlx::PgConnection, batch: &VectorBatch<'_>, first: 
 
 /// PostgreSQL: entries known current go in by `COPY` (under a savepoint: the primary key
 /// itself detects an entry that already has a vector, and the batch falls back to the
-/// unfenced upsert); otherwise the fenced upsert.
-async fn write_pg(
-    conn: &mut sqlx::PgConnection,
-    batch: &VectorBatch<'_>,
-    first: i64,
-    unchanged: bool,
-) -> Result<Written, sqlx::Error> {
-    if unchanged && batch.bulk {
+/// unfenced upsert — which it also takes once the transaction's subtransactions are
+/// spent); otherwise the fenced upsert.
+async fn write_pg(tx: &mut PgTx, batch: &VectorBatch<'_>, first: i64, unchanged: bool) -> Result<Written, sqlx::Error> {
+    let bulk = unchanged && batch.bulk && tx.take_subtransaction();
+    let conn: &mut sqlx::PgConnection = tx;
+    if bulk {
         sqlx::query("SAVEPOINT vectors_bulk").execute(&mut *conn).await?;
         match copy_pg(conn, batch, first).await {
             Ok(vectors) => {
