@@ -23,7 +23,7 @@ use context_jobs::vector_codec::decode_vector;
 
 /// Tenants whose indexes stay in memory at once.
 pub const MAX_TENANTS: usize = 32;
-/// Rows per sync query.
+/// Rows per sync query, at most (a page is also cut by bytes: `reads::SyncPage`).
 const SYNC_PAGE: i64 = 5000;
 
 pub struct TenantIndex {
@@ -79,10 +79,10 @@ impl RecallIndexes {
             (d.change_seq, d.vector_seq)
         };
         loop {
-            let rows = reads::entries_changed_after(db, tenant, change_seq, SYNC_PAGE).await?;
-            let n = rows.len() as i64;
+            let page = reads::entries_changed_after(db, tenant, change_seq, SYNC_PAGE).await?;
             // Tokenising is the costly part: do it before taking the write lock.
-            let prepared: Vec<_> = rows
+            let prepared: Vec<_> = page
+                .rows
                 .into_iter()
                 .map(|r| {
                     let text = terms(&stored_entry_text(&r.6));
@@ -105,14 +105,14 @@ impl RecallIndexes {
                 });
             }
             d.change_seq = change_seq;
-            if n < SYNC_PAGE {
+            if !page.more {
                 break;
             }
         }
         loop {
-            let rows = reads::vectors_written_after(db, tenant, &self.model, vector_seq, SYNC_PAGE).await?;
-            let n = rows.len() as i64;
-            let decoded: Vec<(String, i64, Option<Vec<f32>>)> = rows
+            let page = reads::vectors_written_after(db, tenant, &self.model, vector_seq, SYNC_PAGE).await?;
+            let decoded: Vec<(String, i64, Option<Vec<f32>>)> = page
+                .rows
                 .into_iter()
                 .map(|(id, v, blob, dim, seq)| {
                     vector_seq = vector_seq.max(seq);
@@ -126,7 +126,7 @@ impl RecallIndexes {
                 }
             }
             d.vector_seq = vector_seq;
-            if n < SYNC_PAGE {
+            if !page.more {
                 break;
             }
         }

@@ -65,6 +65,15 @@ pub(crate) fn row_placeholders(start: usize, rows: usize, cols: usize) -> String
     (0..rows).map(|r| format!("({})", placeholders(start + r * cols, cols))).collect::<Vec<_>>().join(", ")
 }
 
+/// The stored length in bytes of a text or blob `column` — on PostgreSQL from the value's
+/// header, without detoasting it — as SQL for `engine`.
+pub(crate) fn byte_length(engine: Engine, column: &str) -> String {
+    match engine {
+        Engine::Postgres => format!("octet_length({column})"),
+        Engine::Sqlite => format!("length(CAST({column} AS BLOB))"),
+    }
+}
+
 /// JSON text for a stored column; `Null` is stored as SQL NULL.
 pub(crate) fn json_column(v: &serde_json::Value) -> Option<String> {
     (!v.is_null()).then(|| v.to_string())

@@ -6,7 +6,7 @@ use sqlx::AssertSqlSafe;
 use super::{ENTRY_COLUMNS, EntryRow, entry_from_row};
 use crate::store::artifacts::export_pages::PAGE_BYTES;
 use crate::store::engine::Query;
-use crate::store::{Db, Engine, StoreError, StoreResult, now_ms, placeholders, query};
+use crate::store::{Db, StoreError, StoreResult, byte_length, now_ms, placeholders, query};
 use context_jobs::contract::{ContextInsight, ExportFilter};
 use context_jobs::entries::status_str;
 use context_jobs::ids::TenantKey;
@@ -72,15 +72,13 @@ pub async fn export_page(
     let only = crate::store::artifacts::export_filter::predicate(db.engine(), tenant, only);
     // First the ids and sizes (the sizes from the stored lengths, without the text), then
     // the rows up to the one that reaches the byte budget.
-    let size = match db.engine() {
-        Engine::Postgres => {
-            "CAST(octet_length(content) + COALESCE(octet_length(attributes), 0) + octet_length(provenance) AS BIGINT)"
-        }
-        Engine::Sqlite => {
-            "length(CAST(content AS BLOB)) + COALESCE(length(CAST(attributes AS BLOB)), 0) \
-             + length(CAST(provenance AS BLOB))"
-        }
-    };
+    let length = |column| byte_length(db.engine(), column);
+    let size = format!(
+        "CAST({} + COALESCE({}, 0) + {} AS BIGINT)",
+        length("content"),
+        length("attributes"),
+        length("provenance")
+    );
     let sizes_sql = format!(
         "SELECT id, {size} FROM context_entries WHERE tenant = $1 AND id > $2{filter}{only} ORDER BY id ASC LIMIT $3"
     );

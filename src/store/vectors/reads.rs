@@ -12,7 +12,8 @@
 
 use sqlx::AssertSqlSafe;
 
-use crate::store::{Db, StoreResult, placeholders, query};
+use crate::store::artifacts::export_pages::PAGE_BYTES;
+use crate::store::{Db, Engine, StoreResult, byte_length, placeholders, query};
 use context_jobs::contract::{ContextInsightStatus, IndexWatermark};
 use context_jobs::entries::status_str;
 use context_jobs::ids::TenantKey;
@@ -178,44 +179,84 @@ pub async fn vectors_of(
 /// conversation_id, updated_at_ms, content, change_seq)`.
 pub type EntryChange = (String, i64, String, Option<i64>, String, i64, String, i64);
 
+/// A vector as the recall index takes it: `(entry_id, version, vector, dim, written_seq)`.
+pub type VectorWrite = (String, i64, Vec<u8>, i32, i64);
+
+/// One page of a recall index's sync, in sequence order: at most the `limit` rows asked
+/// for, and fewer once their `content` or `vector` bytes reach [`PAGE_BYTES`] (an entry
+/// may hold ~80 KiB: 5,000 of them were 400 MB read at once). `more`: the page was full
+/// or cut, so read on after its last row.
+pub struct SyncPage<T> {
+    pub rows: Vec<T>,
+    pub more: bool,
+}
+
+/// `columns` of the first `limit` rows of `from_where` in `order`, up to the row at which
+/// their running total of `size` (bytes) reaches `PAGE_BYTES` — that row included — and
+/// that total as a last column. One statement: the rows past the bound are never sent.
+fn sync_page_sql(engine: Engine, columns: &str, from_where: &str, order: &str, size: &str) -> String {
+    let size = byte_length(engine, size);
+    format!(
+        "SELECT {columns}, running FROM (SELECT {columns}, \
+         CAST(SUM({size}) OVER (ORDER BY {order} ROWS UNBOUNDED PRECEDING) AS BIGINT) AS running, \
+         CAST({size} AS BIGINT) AS size FROM (SELECT {columns} {from_where} ORDER BY {order} LIMIT $3) AS page) AS sized \
+         WHERE running - size < {PAGE_BYTES} ORDER BY {order}"
+    )
+}
+
+/// Split off each row's running total: the page, and whether to read on after it.
+fn sync_page<T>(rows: Vec<(T, i64)>, limit: i64) -> SyncPage<T> {
+    let more = rows.len() as i64 >= limit || rows.last().is_some_and(|(_, running)| *running >= PAGE_BYTES as i64);
+    SyncPage { rows: rows.into_iter().map(|(row, _)| row).collect(), more }
+}
+
+/// An [`EntryChange`] and its page's running byte total.
+type RunningEntryChange = (String, i64, String, Option<i64>, String, i64, String, i64, i64);
+
+const ENTRY_CHANGE_COLUMNS: &str =
+    "id, version, status, expires_at_ms, conversation_id, updated_at_ms, content, change_seq";
+
 /// The tenant's entry rows written after change sequence `after`, in change order (the
-/// recall index's sync: one range of the `(tenant, change_seq)` index).
+/// recall index's sync: one range of the `(tenant, change_seq)` index), a bounded page.
 pub async fn entries_changed_after(
     db: &Db,
     tenant: &TenantKey,
     after: i64,
     limit: i64,
-) -> StoreResult<Vec<EntryChange>> {
-    Ok(query(
-        "SELECT id, version, status, expires_at_ms, conversation_id, updated_at_ms, content, change_seq \
-         FROM context_entries WHERE tenant = $1 AND change_seq > $2 ORDER BY change_seq LIMIT $3",
-    )
-    .bind(tenant.as_str())
-    .bind(after)
-    .bind(limit)
-    .fetch_all(db)
-    .await?)
+) -> StoreResult<SyncPage<EntryChange>> {
+    let sql = sync_page_sql(
+        db.engine(),
+        ENTRY_CHANGE_COLUMNS,
+        "FROM context_entries WHERE tenant = $1 AND change_seq > $2",
+        "change_seq",
+        "content",
+    );
+    let rows: Vec<RunningEntryChange> =
+        query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(after).bind(limit).fetch_all(db).await?;
+    let rows = rows.into_iter().map(|(a, b, c, d, e, f, g, h, running)| ((a, b, c, d, e, f, g, h), running)).collect();
+    Ok(sync_page(rows, limit))
 }
 
 /// The tenant's vectors under `model` written after vector sequence `after`, in write
-/// order: `(entry_id, version, vector, dim, written_seq)`.
+/// order, a bounded page.
 pub async fn vectors_written_after(
     db: &Db,
     tenant: &TenantKey,
     model: &str,
     after: i64,
     limit: i64,
-) -> StoreResult<Vec<(String, i64, Vec<u8>, i32, i64)>> {
-    Ok(query(
-        "SELECT entry_id, version, vector, dim, written_seq FROM context_entry_vectors \
-         WHERE tenant = $1 AND written_seq > $2 AND model = $3 ORDER BY written_seq LIMIT $4",
-    )
-    .bind(tenant.as_str())
-    .bind(after)
-    .bind(model)
-    .bind(limit)
-    .fetch_all(db)
-    .await?)
+) -> StoreResult<SyncPage<VectorWrite>> {
+    let sql = sync_page_sql(
+        db.engine(),
+        "entry_id, version, vector, dim, written_seq",
+        "FROM context_entry_vectors WHERE tenant = $1 AND written_seq > $2 AND model = $4",
+        "written_seq",
+        "vector",
+    );
+    let rows: Vec<(String, i64, Vec<u8>, i32, i64, i64)> =
+        query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(after).bind(limit).bind(model).fetch_all(db).await?;
+    let rows = rows.into_iter().map(|(a, b, c, d, e, running)| ((a, b, c, d, e), running)).collect();
+    Ok(sync_page(rows, limit))
 }
 
 /// Up to `limit` tenants with entries, most recently projected first: the recall indexes

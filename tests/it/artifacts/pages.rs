@@ -2,15 +2,16 @@
 //! reaches `export_pages::PAGE_BYTES`, so a tenant of large messages keeps each page (and
 //! the few read ahead) to a few megabytes instead of `batch_size` times a message; so are
 //! its entries' pages (an entry may hold ~80 KiB); an import cuts its batches by bytes the
-//! same way.
+//! same way, and a recall index syncs its entries in such pages.
 
 use std::sync::{Arc, Mutex};
 
-use context_jobs::contract::{ContextOperationState, ExportFilter};
+use context_jobs::contract::{CONTEXT_RECALL_PATH, ContextOperationState, ExportFilter};
 use context_jobs::ids::TenantKey;
 use context_ops::store::artifacts::export_pages::{PAGE_BYTES, SparePages, for_each_page};
 use context_ops::store::entries::reads::export_page;
 use context_ops::store::query;
+use context_ops::store::vectors::reads::entries_changed_after;
 use serde_json::json;
 
 use crate::harness::insights::insight;
@@ -78,4 +79,35 @@ async fn large_messages_are_read_in_pages_bounded_by_bytes(app: TestApp) {
     app.stop().await;
 }
 
+/// A recall index syncs its tenant's entries (and vectors) in pages cut by bytes too: 200
+/// entries of ~60 KB were one 12 MB read (5,000 of them: 400 MB), and every one still
+/// reaches the index.
+async fn a_recall_index_syncs_in_pages_bounded_by_bytes(app: TestApp) {
+    let tenant = TenantKey::default_tenant();
+    let text = "y ".repeat(30_000);
+    let mut entries: Vec<_> = (0..200).map(|i| insight(format!("e{i:03}"), json!(text))).collect();
+    entries[199].content = json!(format!("{text} zebra"));
+    crate::harness::insights::import(app.db(), tenant.as_str(), &entries).await;
+    let (mut after, mut pages, mut ids) = (0, 0, Vec::new());
+    loop {
+        let page = entries_changed_after(app.db(), &tenant, after, 5_000).await.unwrap();
+        let bytes: usize = page.rows.iter().map(|row| row.6.len()).sum();
+        assert!(bytes < PAGE_BYTES + 64_000, "a sync page of {bytes} bytes");
+        after = page.rows.last().map_or(after, |row| row.7);
+        ids.extend(page.rows.into_iter().map(|row| row.0));
+        pages += 1;
+        if !page.more {
+            break;
+        }
+    }
+    assert_eq!(ids, (0..200).map(|i| format!("e{i:03}")).collect::<Vec<_>>(), "every entry once, in order");
+    assert!(pages >= 3, "12 MB of entries in pages of ~{PAGE_BYTES} bytes: {pages} pages");
+    // The index syncs through the same pages: the last entry is found.
+    let (status, body) = app.post(CONTEXT_RECALL_PATH, &json!({"query": "zebra"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["items"][0]["entry"]["id"], "e199", "{body}");
+    app.stop().await;
+}
+
 backend_tests!(large_messages_are_read_in_pages_bounded_by_bytes);
+backend_tests!(a_recall_index_syncs_in_pages_bounded_by_bytes);
