@@ -103,16 +103,8 @@ impl RecallIndex {
             self.remove(e.id);
             return;
         }
-        let mut counts: HashMap<u32, u32> = HashMap::new();
-        for t in e.terms {
-            let next = self.dict.len() as u32;
-            let id = *self.dict.entry(t).or_insert(next);
-            *counts.entry(id).or_default() += 1;
-        }
-        let mut terms: Vec<(u32, u32)> = counts.into_iter().collect();
-        terms.sort_unstable();
-        let next = self.conversations.len() as u32;
-        let conversation = *self.conversations.entry(e.conversation_id.to_string()).or_insert(next);
+        // The slot first: retiring its old version may compact the index and renumber the
+        // dictionaries (`shrink_dictionaries`), which the ids taken below must come after.
         let i = match self.by_id.get(e.id) {
             Some(&i) => {
                 self.retire(i);
@@ -130,6 +122,16 @@ impl RecallIndex {
             self.vectors[i * self.dim..(i + 1) * self.dim].copy_from_slice(&q);
             (self.vec_version[i], self.vec_scale[i]) = (version, scale);
         }
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        for t in e.terms {
+            let next = self.dict.len() as u32;
+            let id = *self.dict.entry(t).or_insert(next);
+            *counts.entry(id).or_default() += 1;
+        }
+        let mut terms: Vec<(u32, u32)> = counts.into_iter().collect();
+        terms.sort_unstable();
+        let next = self.conversations.len() as u32;
+        let conversation = *self.conversations.entry(e.conversation_id.to_string()).or_insert(next);
         let generation = self.generation[i];
         for &(term, tf) in &terms {
             if self.postings.len() <= term as usize {
@@ -186,6 +188,60 @@ impl RecallIndex {
             list.retain(|p| occupied[p.slot as usize] && generation[p.slot as usize] == p.generation);
         }
         self.stale_postings = 0;
+        // Live conversations are at most the live entries.
+        let dead = self.postings.iter().filter(|list| list.is_empty()).count();
+        if dead > (self.postings.len() - dead).max(4096) || self.conversations.len() > (2 * self.by_id.len()).max(4096)
+        {
+            self.shrink_dictionaries();
+        }
+    }
+
+    /// Forget the terms and conversations no live entry holds any more. Without this a
+    /// tenant's dictionaries only grow — every id, number and name its entries ever held —
+    /// for as long as its index stays cached. Term ids are renumbered in their old order,
+    /// so each slot's term list stays sorted.
+    fn shrink_dictionaries(&mut self) {
+        let mut remap = vec![u32::MAX; self.postings.len()];
+        let mut live = Vec::new();
+        for (old, list) in std::mem::take(&mut self.postings).into_iter().enumerate() {
+            if !list.is_empty() {
+                remap[old] = live.len() as u32;
+                live.push(list);
+            }
+        }
+        self.postings = live;
+        self.dict.retain(|_, id| {
+            *id = remap.get(*id as usize).copied().unwrap_or(u32::MAX);
+            *id != u32::MAX
+        });
+        self.dict.shrink_to_fit();
+        let mut conversations = vec![u32::MAX; self.conversations.len()];
+        let mut held = 0u32;
+        for (slot, terms) in self.terms.iter_mut().enumerate() {
+            if !self.occupied[slot] {
+                // Read only once the slot is taken again, which writes them anew.
+                *terms = Box::default();
+                continue;
+            }
+            for (term, _) in terms.iter_mut() {
+                *term = remap[*term as usize];
+            }
+            let c = &mut conversations[self.conversation[slot] as usize];
+            if *c == u32::MAX {
+                (*c, held) = (held, held + 1);
+            }
+            self.conversation[slot] = *c;
+        }
+        self.conversations.retain(|_, id| {
+            *id = conversations[*id as usize];
+            *id != u32::MAX
+        });
+        self.conversations.shrink_to_fit();
+    }
+
+    /// Distinct terms and conversations the index holds (live or not yet forgotten).
+    pub fn dictionary_sizes(&self) -> (usize, usize) {
+        (self.dict.len(), self.conversations.len())
     }
 
     pub fn remove(&mut self, id: &str) {

@@ -156,3 +156,31 @@ fn churn_compacts_postings_without_changing_answers() {
     assert_eq!(found.stats.docs, 2_000);
     assert!(search(&index, "round4", LEXICAL, None).is_empty(), "replaced versions' terms are gone");
 }
+
+/// Terms and conversations no live entry holds leave the dictionaries (a hot tenant's
+/// index used to keep every term it ever saw), and the index answers as before.
+#[test]
+fn forgotten_terms_and_conversations_leave_the_dictionaries() {
+    let mut index = RecallIndex::new(DIM);
+    put(&mut index, "keep", 1, "home", "kafka brokers", true, None);
+    // 50 rounds of 200 entries rewritten with terms and conversations of their own: 20,000
+    // distinct terms and conversations seen, of which the last round's are live.
+    for round in 0..50u64 {
+        for i in 0..200 {
+            let text = format!("word{round}x{i} token{round}y{i}");
+            put(&mut index, &format!("e{i:03}"), round + 1, &format!("c{round}-{i}"), &text, true, None);
+        }
+    }
+    let (terms, conversations) = index.dictionary_sizes();
+    assert!(terms < 10_000, "{terms} terms held for ~400 live ones");
+    assert!(conversations < 10_000, "{conversations} conversations held for 201 live ones");
+    assert_eq!(search(&index, "kafka", LEXICAL, Some("home")), ["keep"]);
+    assert_eq!(search(&index, "word49x7", LEXICAL, None), ["e007"]);
+    assert!(search(&index, "word48x7", LEXICAL, None).is_empty(), "a replaced version's terms are gone");
+    assert_eq!(search(&index, "token49y3", LEXICAL, Some("c49-3")), ["e003"]);
+    assert!(search(&index, "token48y3", LEXICAL, Some("c48-3")).is_empty());
+    // New terms and conversations after a shrink get ids of their own.
+    put(&mut index, "late", 1, "elsewhere", "zookeeper quorum", true, None);
+    assert_eq!(search(&index, "zookeeper", LEXICAL, Some("elsewhere")), ["late"]);
+    assert_eq!(search(&index, "kafka", HYBRID, None)[0], "keep");
+}

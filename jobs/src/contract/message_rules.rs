@@ -116,7 +116,7 @@ pub fn validate_search_query(query: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{Value, json};
+    use serde_json::json;
 
     /// A user's message `id` in `conversation`.
     fn user(id: &str, conversation: &str) -> ConversationRecord {

@@ -67,7 +67,6 @@ pub fn history_window(records: &[ConversationRecord], budget: usize) -> Vec<Valu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::ConversationScope;
 
     fn rec(role: &str, content: Value) -> ConversationRecord {
         ConversationRecord::new(format!("{role}-{content}"), "c", role, content)

@@ -180,6 +180,10 @@ pub fn reply_record(operation_id: &str, conversation_id: &str, result: &Inferenc
     }
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,8 +260,4 @@ mod tests {
         assert_eq!(rec.metadata["inference"]["outcome"], "completed");
         crate::contract::validate_append("t/p", std::slice::from_ref(&rec)).unwrap();
     }
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
