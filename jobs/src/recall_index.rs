@@ -239,6 +239,21 @@ impl RecallIndex {
         self.conversations.shrink_to_fit();
     }
 
+    /// Drop the vectors still waiting for their entries. The caller does this once it has
+    /// read every entry change committed before it began: each waiting vector was read
+    /// after its entry's version had committed, so that version has now arrived — and
+    /// taken its vector — or was already replaced or left the index (an entry expired
+    /// after it was embedded), and its vector would otherwise wait for as long as the
+    /// index stays cached.
+    pub fn drop_waiting_vectors(&mut self) {
+        self.pending = HashMap::new();
+    }
+
+    /// Vectors waiting for their entries to arrive.
+    pub fn waiting_vectors(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Distinct terms and conversations the index holds (live or not yet forgotten).
     pub fn dictionary_sizes(&self) -> (usize, usize) {
         (self.dict.len(), self.conversations.len())

@@ -184,3 +184,21 @@ fn forgotten_terms_and_conversations_leave_the_dictionaries() {
     assert_eq!(search(&index, "zookeeper", LEXICAL, Some("elsewhere")), ["late"]);
     assert_eq!(search(&index, "kafka", HYBRID, None)[0], "keep");
 }
+
+/// A vector read before its entry waits for it; once the caller has read every entry
+/// change committed before it began, one still waiting belongs to a version that left the
+/// index, and is dropped.
+#[test]
+fn vectors_wait_for_their_entries_until_dropped() {
+    let mut index = RecallIndex::new(DIM);
+    let vector = hashing_embed("kafka brokers", DIM);
+    index.set_vector("a", 1, &vector);
+    index.set_vector("gone", 1, &vector);
+    assert_eq!(index.waiting_vectors(), 2);
+    put(&mut index, "a", 1, "c", "kafka brokers", true, None);
+    assert_eq!(index.waiting_vectors(), 1, "a's vector went to its entry");
+    assert_eq!(search(&index, "kafka brokers", VECTOR, None), ["a"], "and counts");
+    index.drop_waiting_vectors();
+    assert_eq!(index.waiting_vectors(), 0);
+    assert_eq!(search(&index, "kafka brokers", VECTOR, None), ["a"]);
+}

@@ -6,8 +6,9 @@
 //! `written_seq` above its mark — two range scans of their own indexes, whatever the
 //! planner's statistics. Both sequences are taken under the tenant's heads row lock, so what
 //! a reader sees committed is always a prefix: a mark never skips a write. A vector read
-//! before its entry waits in the index until the entry arrives. Indexes are bounded in number (least recently used goes first) and
-//! rebuilt from scratch after eviction or a restart.
+//! before its entry waits in the index until the next sync's entries bring it (or show it
+//! will never come: then it is dropped). Indexes are bounded in number (least recently
+//! used goes first) and rebuilt from scratch after eviction or a restart.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -106,6 +107,9 @@ impl RecallIndexes {
             }
             d.change_seq = change_seq;
             if !page.more {
+                // Every entry change committed before this sync is in: a vector that
+                // waited for its entry has had it (`drop_waiting_vectors`).
+                d.index.drop_waiting_vectors();
                 break;
             }
         }
