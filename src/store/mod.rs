@@ -65,13 +65,11 @@ pub(crate) fn row_placeholders(start: usize, rows: usize, cols: usize) -> String
     (0..rows).map(|r| format!("({})", placeholders(start + r * cols, cols))).collect::<Vec<_>>().join(", ")
 }
 
-/// The stored length in bytes of a text or blob `column` — on PostgreSQL from the value's
-/// header, without detoasting it — as SQL for `engine`.
-pub(crate) fn byte_length(engine: Engine, column: &str) -> String {
-    match engine {
-        Engine::Postgres => format!("octet_length({column})"),
-        Engine::Sqlite => format!("length(CAST({column} AS BLOB))"),
-    }
+/// The stored length in bytes of a text or blob `column`, as SQL: both engines read it
+/// from the value's header (PostgreSQL without detoasting it; SQLite 3.43+ without loading
+/// it — the bundled SQLite is 3.51), so sizing a page does not read its text.
+pub(crate) fn byte_length(column: &str) -> String {
+    format!("octet_length({column})")
 }
 
 /// JSON text for a stored column; `Null` is stored as SQL NULL.

@@ -23,7 +23,8 @@ pub enum Tx {
 /// A PostgreSQL write transaction and the subtransactions it has spent.
 ///
 /// Why count them: each savepoint that writes is a subtransaction with an XID of its own,
-/// held until the top-level commit. A backend caches 64 of them; past that its snapshot
+/// held until the top-level transaction ends (unless rolled back to its savepoint, so
+/// counting every savepoint is conservative). A backend caches 64 of them; past that its snapshot
 /// entry overflows, and every snapshot in the cluster must consult `pg_subtrans` for as
 /// long as the transaction stays open — a cluster-wide slowdown one large import into
 /// existing conversations (a savepoint per conversation per batch) used to cause.

@@ -72,7 +72,7 @@ pub async fn export_page(
     let only = crate::store::artifacts::export_filter::predicate(db.engine(), tenant, only);
     // First the ids and sizes (the sizes from the stored lengths, without the text), then
     // the rows up to the one that reaches the byte budget.
-    let length = |column| byte_length(db.engine(), column);
+    let length = byte_length;
     let size = format!(
         "CAST({} + COALESCE({}, 0) + {} AS BIGINT)",
         length("content"),

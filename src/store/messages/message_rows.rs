@@ -58,7 +58,8 @@ impl MessageRows for sqlx::PgConnection {
     /// query, whose plan PostgreSQL gets badly wrong on a table without statistics (it
     /// scans the whole conversation by the sequence index for every batch). Each attempt is
     /// a subtransaction, so the caller spends one of its transaction's few on it
-    /// (`PgTx::take_subtransaction`) and checks ids once they are spent.
+    /// (`PgTx::take_subtransaction`) and checks ids once they are spent (a plan on the
+    /// primary key once autovacuum has analyzed the table, as it does in production).
     async fn insert_if_all_new(
         &mut self,
         tenant: &str,

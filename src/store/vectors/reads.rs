@@ -13,7 +13,7 @@
 use sqlx::AssertSqlSafe;
 
 use crate::store::artifacts::export_pages::PAGE_BYTES;
-use crate::store::{Db, Engine, StoreResult, byte_length, placeholders, query};
+use crate::store::{Db, StoreResult, byte_length, placeholders, query};
 use context_jobs::contract::{ContextInsightStatus, IndexWatermark};
 use context_jobs::entries::status_str;
 use context_jobs::ids::TenantKey;
@@ -193,14 +193,18 @@ pub struct SyncPage<T> {
 
 /// `columns` of the first `limit` rows of `from_where` in `order`, up to the row at which
 /// their running total of `size` (bytes) reaches `PAGE_BYTES` — that row included — and
-/// that total as a last column. One statement: the rows past the bound are never sent.
-fn sync_page_sql(engine: Engine, columns: &str, from_where: &str, order: &str, size: &str) -> String {
-    let size = byte_length(engine, size);
+/// that total as a last column. One statement (one snapshot): the running total is taken
+/// over the sizes alone, from the values' stored lengths, and only the rows up to the cut
+/// are read whole.
+fn sync_page_sql(columns: &str, from_where: &str, order: &str, size: &str) -> String {
+    let size = byte_length(size);
     format!(
-        "SELECT {columns}, running FROM (SELECT {columns}, \
-         CAST(SUM({size}) OVER (ORDER BY {order} ROWS UNBOUNDED PRECEDING) AS BIGINT) AS running, \
-         CAST({size} AS BIGINT) AS size FROM (SELECT {columns} {from_where} ORDER BY {order} LIMIT $3) AS page) AS sized \
-         WHERE running - size < {PAGE_BYTES} ORDER BY {order}"
+        "WITH sized AS (SELECT {order} AS seq, CAST({size} AS BIGINT) AS size {from_where} ORDER BY {order} LIMIT $3), \
+         kept AS (SELECT seq, running FROM (SELECT seq, size, \
+         CAST(SUM(size) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS BIGINT) AS running FROM sized) AS totals \
+         WHERE running - size < {PAGE_BYTES}), \
+         cut AS (SELECT MAX(seq) AS until, MAX(running) AS running FROM kept) \
+         SELECT {columns}, (SELECT running FROM cut) {from_where} AND {order} <= (SELECT until FROM cut) ORDER BY {order}"
     )
 }
 
@@ -225,7 +229,6 @@ pub async fn entries_changed_after(
     limit: i64,
 ) -> StoreResult<SyncPage<EntryChange>> {
     let sql = sync_page_sql(
-        db.engine(),
         ENTRY_CHANGE_COLUMNS,
         "FROM context_entries WHERE tenant = $1 AND change_seq > $2",
         "change_seq",
@@ -247,7 +250,6 @@ pub async fn vectors_written_after(
     limit: i64,
 ) -> StoreResult<SyncPage<VectorWrite>> {
     let sql = sync_page_sql(
-        db.engine(),
         "entry_id, version, vector, dim, written_seq",
         "FROM context_entry_vectors WHERE tenant = $1 AND written_seq > $2 AND model = $4",
         "written_seq",
