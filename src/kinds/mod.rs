@@ -89,6 +89,12 @@ pub trait Job: Kind {
 
     /// Run (or resume, from the checkpoint the context holds) one attempt.
     fn run(ctx: &JobCtx, args: Self::Args) -> impl Future<Output = Result<Finish<Self::Output>, JobError>> + Send;
+
+    /// Pool connections a run holds at once: a pipeline's stages each hold one while
+    /// waiting on the others. A run of more than one takes that many of its process's
+    /// permits before it starts (`worker::runner`), so pipelines never hold part of what
+    /// they need while waiting for the rest.
+    const CONNECTIONS: u32 = 1;
 }
 
 /// Prepare a submission given as JSON (the `request` of `advanced-operations`).
@@ -108,6 +114,8 @@ pub struct KindEntry {
     pub effect: EffectFn,
     /// A retry resumes from the checkpoint (else starts over).
     pub resumable: bool,
+    /// Pool connections a run holds at once ([`Job::CONNECTIONS`]).
+    pub connections: u32,
 }
 
 fn prepare_json<'a, J: Job>(
@@ -144,6 +152,7 @@ const fn entry<J: Job>() -> KindEntry {
         run: run_stored::<J>,
         effect: effect_of::<J>,
         resumable: J::RESUMABLE,
+        connections: J::CONNECTIONS,
     }
 }
 

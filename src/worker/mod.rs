@@ -7,6 +7,7 @@
 
 pub mod dispatcher;
 pub mod liveness;
+pub mod pipelines;
 pub mod projector;
 pub mod runner;
 pub mod sweep;

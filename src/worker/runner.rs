@@ -12,6 +12,7 @@ use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
+use super::pipelines::Pipelines;
 use super::{Finish, JobCtx, JobError};
 use crate::changes::Changes;
 use crate::config::{Config, Scheduling};
@@ -37,6 +38,8 @@ pub struct Runner {
     pub limiter: crate::ratelimit::RateLimiter,
     /// This process's recent scheduler views (claims of unlimited kinds read them).
     pub views: Arc<ViewCache>,
+    /// The connections this process's pipelined runs may hold together.
+    pub pipelines: Arc<Pipelines>,
 }
 
 impl OperationHandler for Runner {
@@ -186,8 +189,24 @@ impl Runner {
         };
         let progress = ctx.processed.clone();
         let heartbeat = spawn_heartbeat(self.db.clone(), lease.clone(), self.config.lease() / 3);
+        let entry = crate::kinds::entry_of(kind);
+        // A pipelined run starts once it can hold every connection it needs (the lease is
+        // renewed meanwhile); shutdown while it waits releases it, as at a boundary.
+        let permits = tokio::select! {
+            permits = self.pipelines.acquire(entry.connections) => Some(permits),
+            _ = self.shutdown.cancelled() => None,
+        };
         // Run the job in its own task so a panic is caught here, not in the queue worker.
-        let joined = tokio::spawn(async move { (crate::kinds::entry_of(kind).run)(&ctx).await }).await;
+        let joined = match permits {
+            Some(permits) => {
+                tokio::spawn(async move {
+                    let _held = permits;
+                    (entry.run)(&ctx).await
+                })
+                .await
+            }
+            None => Ok(Err(JobError::ShuttingDown)),
+        };
         heartbeat.abort();
         let elapsed = started.elapsed();
         metrics::histogram!(m::RUN_DURATION, "kind" => kind.as_str()).record(elapsed.as_secs_f64());

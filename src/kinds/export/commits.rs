@@ -19,7 +19,7 @@ use context_jobs::kinds::export::{ExportCheckpoint, PHASE_EXPORTING, PHASE_SEALI
 use context_jobs::operation::{ErrorCode, Progress, Transition};
 
 /// Commits that may hold chunks at once (their inserts overlap; they commit in order).
-const COMMITS_IN_FLIGHT: usize = 2;
+pub(super) const COMMITS_IN_FLIGHT: usize = 2;
 
 /// The commits of one export. Each runs on its own task while encoding goes on: its chunk
 /// inserts start at once (on PostgreSQL; SQLite's single writer waits first), then it waits

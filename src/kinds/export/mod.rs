@@ -44,6 +44,9 @@ const COMMIT_CHUNKS: usize = 4;
 const PAGES_AHEAD: usize = 2;
 
 impl Job for Export {
+    /// The page reader's `COPY … TO` and the chunk commits in flight.
+    const CONNECTIONS: u32 = 1 + commits::COMMITS_IN_FLIGHT as u32;
+
     async fn prepare(_: &SubmitCtx<'_>, submission: ExportContextRequest) -> Result<Prepared, SubmitError> {
         Ok(Prepared::plain::<Export>(Export::args(submission)?))
     }

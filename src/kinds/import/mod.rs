@@ -43,6 +43,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use tokio::sync::oneshot;
 
 impl Job for Import {
+    /// Two overlapping batch writes and the chunk fetcher; in the first run the validating
+    /// transaction and the two passes' fetchers.
+    const CONNECTIONS: u32 = 3;
+
     /// The core checks the sources and limits; here an `artifactRef` must name a ready
     /// artifact of the caller's tenant (else 404/409).
     async fn prepare(ctx: &SubmitCtx<'_>, submission: ImportContextRequest) -> Result<Prepared, SubmitError> {

@@ -24,6 +24,9 @@ use context_jobs::operation::{ErrorCode, Progress};
 use reader::Reader;
 
 impl Job for RebuildVector {
+    /// The batch's write transaction and the read-ahead's walk.
+    const CONNECTIONS: u32 = 2;
+
     async fn prepare(_: &SubmitCtx<'_>, submission: RebuildVectorProjectionRequest) -> Result<Prepared, SubmitError> {
         Ok(Prepared::plain::<RebuildVector>(RebuildVector::args(submission)))
     }

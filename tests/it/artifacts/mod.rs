@@ -25,6 +25,7 @@ mod faults;
 mod import;
 mod overlap;
 mod pages;
+mod pipelines;
 mod tenants;
 mod transfer;
 mod upload;
