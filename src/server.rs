@@ -162,7 +162,7 @@ pub async fn start(config: Config, role: Role) -> anyhow::Result<Running> {
                 state.scheduling.rate_limits.clone(),
             ),
             views: Arc::default(),
-            pipelines: Arc::new(crate::worker::pipelines::Pipelines::new(state.config.database.db_max_connections)),
+            pipelines: Arc::new(crate::worker::pipelines::Pipelines::for_pool(&state.db)),
         };
         let workers = state.queue.spawn_workers(Arc::new(runner), shutdown.clone());
         let stopped = CancellationToken::new();

@@ -91,9 +91,10 @@ pub trait Job: Kind {
     fn run(ctx: &JobCtx, args: Self::Args) -> impl Future<Output = Result<Finish<Self::Output>, JobError>> + Send;
 
     /// Pool connections a run holds at once: a pipeline's stages each hold one while
-    /// waiting on the others. A run of more than one takes that many of its process's
-    /// permits before it starts (`worker::runner`), so pipelines never hold part of what
-    /// they need while waiting for the rest.
+    /// waiting on the others. On PostgreSQL a delivery of a kind of more than one waits for
+    /// that many of its process's permits before it claims an operation
+    /// (`worker::pipelines`), so pipelines never hold part of what they need while waiting
+    /// for the rest.
     const CONNECTIONS: u32 = 1;
 }
 

@@ -12,28 +12,35 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::store::Db;
+
 /// Connections of the pool left to everything but pipelined runs.
 const RESERVE: u32 = 4;
 
-pub struct Pipelines {
+/// The share, or none: SQLite's stages do not hold a connection while they wait (a write
+/// waits for this process's write turn before it takes one), so its runs cannot hold part
+/// of the pool while waiting on each other.
+pub struct Pipelines(Option<Share>);
+
+struct Share {
     permits: Arc<Semaphore>,
     total: u32,
 }
 
 impl Pipelines {
-    /// Permits for a pool of `pool_size` connections (at least one run at a time).
-    pub fn new(pool_size: u32) -> Self {
-        let total = pool_size.saturating_sub(RESERVE).max(1);
-        Pipelines { permits: Arc::new(Semaphore::new(total as usize)), total }
+    /// The share of `db`'s pool (its real size: SQLite's is capped below the setting).
+    pub fn for_pool(db: &Db) -> Self {
+        let Db::Postgres(pool) = db else { return Pipelines(None) };
+        let total = pool.options().get_max_connections().saturating_sub(RESERVE).max(1);
+        Pipelines(Some(Share { permits: Arc::new(Semaphore::new(total as usize)), total }))
     }
 
     /// Wait until a run that holds `connections` at once may start; `None` (no wait) for a
-    /// run of one. A run that wants more than there are takes them all.
+    /// run of one, and on SQLite. A run that wants more than the whole share takes it all:
+    /// it still starts, alone.
     pub async fn acquire(&self, connections: u32) -> Option<OwnedSemaphorePermit> {
-        if connections <= 1 {
-            return None;
-        }
-        let wanted = connections.min(self.total);
-        Some(self.permits.clone().acquire_many_owned(wanted).await.expect("the semaphore is never closed"))
+        let share = self.0.as_ref().filter(|_| connections > 1)?;
+        let wanted = connections.min(share.total);
+        Some(share.permits.clone().acquire_many_owned(wanted).await.expect("the semaphore is never closed"))
     }
 }

@@ -94,7 +94,14 @@ impl Runner {
     /// fair share. With concurrency limits, each finished operation frees a slot that work
     /// held back may be waiting for: the worker goes on to the next while there is one.
     async fn deliver(&self, kind: ContextOperationKind, hint: &OperationId, recover: bool) -> anyhow::Result<()> {
-        if self.shutdown.is_cancelled() {
+        // A pipelined kind waits for its share of the pool before it claims anything, so
+        // what waits stays queued: cancellable at once, expiring at its deadline, and free
+        // for another process to claim.
+        let permits = tokio::select! {
+            permits = self.pipelines.acquire(crate::kinds::entry_of(kind).connections) => Some(permits),
+            _ = self.shutdown.cancelled() => None,
+        };
+        if permits.is_none() || self.shutdown.is_cancelled() {
             // Shutting down: start nothing. The row is unmarked so that a dispatcher round
             // (another process's, or the next start's) pushes it again at once — an orphan
             // to recover too (it is `running`), or its recovery waited out the repush age.
@@ -189,24 +196,8 @@ impl Runner {
         };
         let progress = ctx.processed.clone();
         let heartbeat = spawn_heartbeat(self.db.clone(), lease.clone(), self.config.lease() / 3);
-        let entry = crate::kinds::entry_of(kind);
-        // A pipelined run starts once it can hold every connection it needs (the lease is
-        // renewed meanwhile); shutdown while it waits releases it, as at a boundary.
-        let permits = tokio::select! {
-            permits = self.pipelines.acquire(entry.connections) => Some(permits),
-            _ = self.shutdown.cancelled() => None,
-        };
         // Run the job in its own task so a panic is caught here, not in the queue worker.
-        let joined = match permits {
-            Some(permits) => {
-                tokio::spawn(async move {
-                    let _held = permits;
-                    (entry.run)(&ctx).await
-                })
-                .await
-            }
-            None => Ok(Err(JobError::ShuttingDown)),
-        };
+        let joined = tokio::spawn(async move { (crate::kinds::entry_of(kind).run)(&ctx).await }).await;
         heartbeat.abort();
         let elapsed = started.elapsed();
         metrics::histogram!(m::RUN_DURATION, "kind" => kind.as_str()).record(elapsed.as_secs_f64());

@@ -75,8 +75,17 @@ impl ChunkReader {
             .bind(self.next as i64)
             .fetch_optional(&mut **conn)
             .await?;
-        let Some(row) = row else { return Ok(None) };
-        let Some(rest) = rest_of(row.try_get(0)?, row.try_get(1)?, self.next) else { return Ok(None) };
+        // At the end, the connection goes back at once: the caller may query on (an
+        // artifact whose chunks ended early is looked up) while its own budget of
+        // connections (`worker::pipelines`) counts this one.
+        let Some(row) = row else {
+            self.held = None;
+            return Ok(None);
+        };
+        let Some(rest) = rest_of(row.try_get(0)?, row.try_get(1)?, self.next) else {
+            self.held = None;
+            return Ok(None);
+        };
         buf.clear();
         buf.extend_from_slice(rest);
         self.next += buf.len() as u64;
