@@ -4,9 +4,10 @@
 //! waiting on the others (`Job::CONNECTIONS`). Several such runs that each took part of
 //! what they need could fill the pool and wait on each other until the pool's acquire
 //! timeout failed one (an attempt spent for nothing): with the defaults, four imports and
-//! four exports want 24 connections of 16. A run takes all its permits before it starts,
-//! and the permits are the pool less a reserve for the API, heartbeats, progress writes and
-//! single-connection runs — so the runs that hold connections always get the rest.
+//! four exports want 24 connections of 16. A delivery of such a kind takes all its run's
+//! permits before it claims an operation (what waits stays queued), and the permits are the
+//! pool less a reserve for the API, heartbeats, progress writes and single-connection runs
+//! — so the runs that hold connections get the rest.
 
 use std::sync::Arc;
 

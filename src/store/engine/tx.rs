@@ -24,10 +24,10 @@ pub enum Tx {
 ///
 /// Why count them: each savepoint that writes is a subtransaction with an XID of its own,
 /// held until the top-level transaction ends (unless rolled back to its savepoint, so
-/// counting every savepoint is conservative). A backend caches 64 of them; past that its snapshot
-/// entry overflows, and every snapshot in the cluster must consult `pg_subtrans` for as
-/// long as the transaction stays open — a cluster-wide slowdown one large import into
-/// existing conversations (a savepoint per conversation per batch) used to cause.
+/// counting every savepoint is conservative). A backend caches 64 of them; past that its
+/// snapshot entry overflows, and every snapshot in the cluster must consult `pg_subtrans`
+/// for as long as the transaction stays open — a cluster-wide slowdown one large import
+/// into existing conversations (a savepoint per conversation per batch) used to cause.
 pub struct PgTx {
     tx: Transaction<'static, sqlx::Postgres>,
     subtransactions: u32,
