@@ -313,7 +313,10 @@ impl Config {
         anyhow::ensure!(self.queue.dispatch_interval_ms >= 1, "CONTEXT_OPS_DISPATCH_INTERVAL_MS must be at least 1");
         anyhow::ensure!(self.http.max_event_streams >= 1, "CONTEXT_OPS_MAX_EVENT_STREAMS must be at least 1");
         anyhow::ensure!(self.http.events_heartbeat_ms >= 10, "CONTEXT_OPS_EVENTS_HEARTBEAT_MS must be at least 10");
-        anyhow::ensure!(self.database.db_max_connections >= 2, "CONTEXT_OPS_DB_MAX_CONNECTIONS must be at least 2");
+        anyhow::ensure!(
+            self.database.db_max_connections >= 4,
+            "CONTEXT_OPS_DB_MAX_CONNECTIONS must be at least 4 (an export or an import holds 3 at once, beside a heartbeat)"
+        );
         if let Some(secret) = &self.auth.jwt_secret {
             anyhow::ensure!(secret.expose_secret().len() >= 16, "CONTEXT_OPS_JWT_SECRET must be at least 16 bytes");
         }
