@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::message_rows::MessageRows;
+use super::message_rows::{Group, MessageRows, PG_COPY_MIN_ROWS, copy_messages};
 use super::stored::{StoredMessage, StoredMessages};
 use crate::store::{Db, StoreError, StoreResult, Tx, now_ms, query};
 use context_jobs::contract::{AppendResponse, ConversationRecord};
@@ -121,7 +121,26 @@ pub async fn insert_locked(tx: &mut Tx, tenant: &TenantKey, locked: Locked<'_>) 
     let Locked { conversations, repeated: mut skipped, now } = locked;
     let tenant = tenant.as_str();
     let mut appended = 0usize;
-    for LockedConversation { id: conversation, agent, next_sequence, rows: group } in conversations {
+    // On PostgreSQL the batch's conversations that never had a message (nothing to skip)
+    // go in by one `COPY`: a statement each cost an import a round trip and the server its
+    // per-statement setup (`CopyFrom`'s slots: ~3 % of its CPU, `perf`) per conversation
+    // (1,000,000 messages in conversations of 1,000: 4.19–4.36 s, now 3.52–3.70 s).
+    let new: Vec<Group<'_, '_>> =
+        conversations.iter().filter(|c| c.next_sequence == 1).map(|c| (c.id, 1, c.rows.as_slice())).collect();
+    let copied_together = match tx {
+        Tx::Postgres(c) if new.len() > 1 && new.iter().map(|g| g.2.len()).sum::<usize>() >= PG_COPY_MIN_ROWS => {
+            copy_messages(c, tenant, &new, now).await?;
+            true
+        }
+        _ => false,
+    };
+    for LockedConversation { id: conversation, agent, next_sequence, rows: group } in &conversations {
+        let (conversation, agent, next_sequence) = (*conversation, *agent, *next_sequence);
+        if copied_together && next_sequence == 1 {
+            advance(tx, tenant, conversation, next_sequence, group.len(), now, agent).await?;
+            appended += group.len();
+            continue;
+        }
         // Common case first: every id is new. Where the engine can insert all rows and
         // learn of a duplicate from the unique index itself, it does so (see
         // `insert_if_all_new`) while the transaction has subtransactions to spend on it
@@ -131,9 +150,9 @@ pub async fn insert_locked(tx: &mut Tx, tenant: &TenantKey, locked: Locked<'_>) 
             && match tx {
                 Tx::Postgres(c) => {
                     c.take_subtransaction()
-                        && c.insert_if_all_new(tenant, conversation, next_sequence, now, &group).await?
+                        && c.insert_if_all_new(tenant, conversation, next_sequence, now, group).await?
                 }
-                Tx::Sqlite(c) => c.insert_if_all_new(tenant, conversation, next_sequence, now, &group).await?,
+                Tx::Sqlite(c) => c.insert_if_all_new(tenant, conversation, next_sequence, now, group).await?,
             };
         // Only the count of what went in is needed after this (no copy of the rows: an
         // import's group of 1,000 is a fresh mapping of ~150 KiB).
@@ -162,18 +181,32 @@ pub async fn insert_locked(tx: &mut Tx, tenant: &TenantKey, locked: Locked<'_>) 
         if fresh == 0 {
             continue;
         }
-        query(ADVANCE_CONVERSATION_SQL)
-            .bind(tenant)
-            .bind(conversation)
-            .bind(next_sequence + fresh as i64)
-            .bind(fresh as i64)
-            .bind(now)
-            .bind(agent)
-            .execute(&mut *tx)
-            .await?;
+        advance(tx, tenant, conversation, next_sequence, fresh, now, agent).await?;
         appended += fresh;
     }
     Ok(AppendResponse { appended, skipped })
+}
+
+/// Move a conversation past the `fresh` messages just inserted from `next_sequence`.
+async fn advance(
+    tx: &mut Tx,
+    tenant: &str,
+    conversation: &str,
+    next_sequence: i64,
+    fresh: usize,
+    now: i64,
+    agent: Option<&str>,
+) -> StoreResult<()> {
+    query(ADVANCE_CONVERSATION_SQL)
+        .bind(tenant)
+        .bind(conversation)
+        .bind(next_sequence + fresh as i64)
+        .bind(fresh as i64)
+        .bind(now)
+        .bind(agent)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
 }
 
 /// Append a validated batch atomically, in its own transaction.

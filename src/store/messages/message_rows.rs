@@ -104,7 +104,7 @@ impl MessageRows for sqlx::PgConnection {
         rows: &[StoredMessage<'_>],
     ) -> Result<(), sqlx::Error> {
         if rows.len() >= PG_COPY_MIN_ROWS {
-            return copy_messages(self, tenant, conversation, first_sequence, now, rows).await;
+            return copy_messages(self, tenant, &[(conversation, first_sequence, rows)], now).await;
         }
         // One statement whatever the row count: each column is one array parameter.
         let sequences: Vec<i64> = (0..rows.len() as i64).map(|i| first_sequence + i).collect();
@@ -135,36 +135,39 @@ impl MessageRows for sqlx::PgConnection {
 /// tuples per WAL record where `INSERT … SELECT` logs one per row (import batches wrote
 /// ~2x slower than `COPY` into the same table). Below it the prepared `INSERT` wins: `COPY`
 /// costs an extra round trip (the server's `CopyInResponse`) and a parse per statement.
-const PG_COPY_MIN_ROWS: usize = 32;
+pub(super) const PG_COPY_MIN_ROWS: usize = 32;
 
-/// `COPY` `rows` into messages, sequences from `first_sequence`. A duplicate id fails the
-/// statement with 23505, as the `INSERT` would.
-async fn copy_messages(
+/// A conversation's rows for [`copy_messages`]: its id, the first sequence, the rows.
+pub(super) type Group<'a, 'r> = (&'a str, i64, &'a [StoredMessage<'r>]);
+
+/// `COPY` the rows of `groups` into messages in one statement, each group's sequences from
+/// its first. A duplicate id fails the statement with 23505, as the `INSERT` would.
+pub(super) async fn copy_messages(
     conn: &mut sqlx::PgConnection,
     tenant: &str,
-    conversation: &str,
-    first_sequence: i64,
+    groups: &[Group<'_, '_>],
     now: i64,
-    rows: &[StoredMessage<'_>],
 ) -> Result<(), sqlx::Error> {
     let sql = format!("COPY messages ({COLUMN_LIST}) FROM STDIN (FORMAT binary)");
     let mut sink = conn.copy_in_raw(&sql).await?;
     let mut copy = CopyBinary::streamed();
-    for (i, c) in rows.iter().enumerate() {
-        copy.row(12)
-            .bytes(tenant.as_bytes())
-            .bytes(conversation.as_bytes())
-            .bytes(c.id.as_bytes())
-            .int8(first_sequence + i as i64)
-            .bytes(c.role.as_bytes())
-            .bytes(c.scope.as_bytes())
-            .bytes(c.content.as_bytes())
-            .bytes(c.search_text.as_bytes())
-            .opt_bytes(c.name.map(str::as_bytes))
-            .opt_bytes(c.tool_call_id.map(str::as_bytes))
-            .int8(created_at(c, now))
-            .opt_bytes(c.metadata.map(str::as_bytes));
-        copy.send_full(&mut sink).await?;
+    for &(conversation, first_sequence, rows) in groups {
+        for (i, c) in rows.iter().enumerate() {
+            copy.row(12)
+                .bytes(tenant.as_bytes())
+                .bytes(conversation.as_bytes())
+                .bytes(c.id.as_bytes())
+                .int8(first_sequence + i as i64)
+                .bytes(c.role.as_bytes())
+                .bytes(c.scope.as_bytes())
+                .bytes(c.content.as_bytes())
+                .bytes(c.search_text.as_bytes())
+                .opt_bytes(c.name.map(str::as_bytes))
+                .opt_bytes(c.tool_call_id.map(str::as_bytes))
+                .int8(created_at(c, now))
+                .opt_bytes(c.metadata.map(str::as_bytes));
+            copy.send_full(&mut sink).await?;
+        }
     }
     copy.send_rest(sink).await?;
     Ok(())
