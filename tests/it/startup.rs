@@ -233,19 +233,18 @@ async fn a_bad_value_names_the_flag_and_the_variable_in_one_line() {
 #[tokio::test]
 async fn values_the_service_cannot_run_with_fail_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = command(dir.path(), &["serve"]);
-    cmd.env("DATABASE_URL", format!("sqlite:{}", dir.path().join("x.sqlite").display()));
-    cmd.env("CONTEXT_OPS_DISPATCH_INTERVAL_MS", "0");
-    let zero = run(cmd, dir.path(), Duration::from_secs(5)).await;
-    let line = assert_one_line_failure(&zero);
-    assert!(line.contains("CONTEXT_OPS_DISPATCH_INTERVAL_MS must be at least 1"), "{line}");
-    // A pool too small for an export's or an import's three connections at once.
-    let mut cmd = command(dir.path(), &["serve"]);
-    cmd.env("DATABASE_URL", format!("sqlite:{}", dir.path().join("x.sqlite").display()));
-    cmd.env("CONTEXT_OPS_DB_MAX_CONNECTIONS", "3");
-    let small = run(cmd, dir.path(), Duration::from_secs(5)).await;
-    let line = assert_one_line_failure(&small);
-    assert!(line.contains("CONTEXT_OPS_DB_MAX_CONNECTIONS must be at least 4"), "{line}");
+    for (variable, value, said) in [
+        ("CONTEXT_OPS_DISPATCH_INTERVAL_MS", "0", "CONTEXT_OPS_DISPATCH_INTERVAL_MS must be at least 1"),
+        // Too small for an export's or an import's three connections at once.
+        ("CONTEXT_OPS_DB_MAX_CONNECTIONS", "3", "CONTEXT_OPS_DB_MAX_CONNECTIONS must be at least 4"),
+    ] {
+        let mut cmd = command(dir.path(), &["serve"]);
+        cmd.env("DATABASE_URL", format!("sqlite:{}", dir.path().join("x.sqlite").display()));
+        cmd.env(variable, value);
+        let failed = run(cmd, dir.path(), Duration::from_secs(5)).await;
+        let line = assert_one_line_failure(&failed);
+        assert!(line.contains(said), "{line}");
+    }
 }
 
 #[tokio::test]

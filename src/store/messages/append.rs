@@ -125,14 +125,17 @@ pub async fn insert_locked(tx: &mut Tx, tenant: &TenantKey, locked: Locked<'_>) 
     // go in by one `COPY`: a statement each cost an import a round trip and the server its
     // per-statement setup (`CopyFrom`'s slots: ~3 % of its CPU, `perf`) per conversation
     // (1,000,000 messages in conversations of 1,000: 4.19–4.36 s, now 3.52–3.70 s).
-    let new: Vec<Group<'_, '_>> =
-        conversations.iter().filter(|c| c.next_sequence == 1).map(|c| (c.id, 1, c.rows.as_slice())).collect();
     let copied_together = match tx {
-        Tx::Postgres(c) if new.len() > 1 && new.iter().map(|g| g.2.len()).sum::<usize>() >= PG_COPY_MIN_ROWS => {
-            copy_messages(c, tenant, &new, now).await?;
-            true
+        Tx::Postgres(c) => {
+            let new: Vec<Group<'_, '_>> =
+                conversations.iter().filter(|c| c.next_sequence == 1).map(|c| (c.id, 1, c.rows.as_slice())).collect();
+            let together = new.len() > 1 && new.iter().map(|g| g.2.len()).sum::<usize>() >= PG_COPY_MIN_ROWS;
+            if together {
+                copy_messages(c, tenant, &new, now).await?;
+            }
+            together
         }
-        _ => false,
+        Tx::Sqlite(_) => false,
     };
     for LockedConversation { id: conversation, agent, next_sequence, rows: group } in &conversations {
         let (conversation, agent, next_sequence) = (*conversation, *agent, *next_sequence);
