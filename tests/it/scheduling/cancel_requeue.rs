@@ -66,6 +66,15 @@ async fn a_cancel_requested_before_a_return_to_the_queue_ends_the_operation_canc
     let state: String = query("SELECT state FROM operations WHERE id = 'op9'").fetch_scalar(&db).await.unwrap();
     assert_eq!(state, "queued");
     assert_eq!(barrier(&db, "c9").await.as_deref(), Some("op9"));
+    // Cancelled from the queue now, it keeps no earlier attempt's error (its attempts do).
+    let error = || async {
+        let row: (Option<String>, Option<String>) =
+            query("SELECT error, error_code FROM operations WHERE id = 'op9'").fetch_one(&db).await.unwrap();
+        row
+    };
+    assert_eq!(error().await, (Some("the database went away".into()), Some("internal".into())));
+    assert!(cancel(&db, &tenant, &claimed.operation.id).await.unwrap(), "a queued operation is cancelled at once");
+    assert_eq!(error().await, (None, None));
 
     // And a lease holder that lost its lease still writes nothing, cancel requested or not.
     let claimed = running_delete(&db, "op10", "c10").await;

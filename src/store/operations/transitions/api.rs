@@ -39,8 +39,9 @@ async fn cancel_in(tx: &mut Tx, tenant: &TenantKey, id: &OperationId) -> StoreRe
     let mut p = Params::default();
     let (id_p, tenant_p) = (p.p(id.as_str()), p.p(tenant.as_str()));
     let sql = format!(
-        "UPDATE operations SET state = {}, phase = {}, cancel_requested = 1, finished_at_ms = {now_p}, \
-         updated_at_ms = {now_p}, version = version + 1 WHERE id = {id_p} AND tenant = {tenant_p} AND {}",
+        "UPDATE operations SET state = {}, phase = {}, cancel_requested = 1, error = NULL, error_code = NULL, \
+         finished_at_ms = {now_p}, updated_at_ms = {now_p}, version = version + 1 \
+         WHERE id = {id_p} AND tenant = {tenant_p} AND {}",
         p.p(queued.to().as_str()),
         p.p(queued.phase().unwrap_or(phase::CANCELLED).to_string()),
         p.state_in(queued.from()),

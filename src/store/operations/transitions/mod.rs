@@ -195,6 +195,9 @@ fn fenced_statement<'q>(engine: Engine, lease: &'q Lease, t: &Transition<'q>, no
             if let Some(result) = result {
                 set.push(format!("result = {}", p.p(result)));
             }
+            // An earlier attempt's error (a retry's, a recovery's note) is not why it ended:
+            // the attempts keep it.
+            set.push("error = NULL, error_code = NULL".into());
         }
         Transition::Release { .. } => {}
         Transition::Defer { not_before_ms, .. } => set.push(format!("not_before_ms = {}", p.p(not_before_ms))),
