@@ -35,6 +35,8 @@ impl Job for Delete {
         let mut total = ctx.operation.total;
         let fresh = resumed.is_none() && processed == 0;
         let after = resumed.unwrap_or_default().after_sequence;
+        let so_far = |processed: i64| DeleteResult { deleted_messages: processed.max(0) as u64 };
+        ctx.before_first_batch().map_err(|e| e.with_partial(&so_far(processed)))?;
         // Batches grow while they are quick (`BatchPacer`); each range is a full batch for
         // the pacer, gaps left by retention included: its time is what counts.
         let mut pacer = ctx.batch_pacer();
@@ -94,8 +96,7 @@ impl Job for Delete {
             pacer.record(pacer.size(), began.elapsed().as_millis() as u64);
             processed += deleted;
             total = total.max(processed);
-            let so_far = DeleteResult { deleted_messages: processed.max(0) as u64 };
-            ctx.boundary(signals).map_err(|e| e.with_partial(&so_far))?;
+            ctx.boundary(signals).map_err(|e| e.with_partial(&so_far(processed)))?;
         }
     }
 }

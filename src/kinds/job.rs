@@ -217,6 +217,15 @@ impl JobCtx {
         self.boundary(signals)
     }
 
+    /// Before a run's first batch: a cancel requested while the operation had no live
+    /// worker (its holder died and this run took it over) or a deadline that passed
+    /// meanwhile stops it here, before more work, rather than after one more batch. Each
+    /// kind calls it once it knows its checkpoint leaves work to do (a finished one ends as
+    /// it is).
+    pub fn before_first_batch(&self) -> Result<(), JobError> {
+        self.boundary(Signals { cancel_requested: self.operation.cancel_requested, paused: false })
+    }
+
     /// Called after each committed batch: stop if cancellation was requested, the kind was
     /// paused, the deadline passed or the process is shutting down (the committed
     /// checkpoint is where the next run resumes).

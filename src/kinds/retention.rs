@@ -36,6 +36,10 @@ impl Job for Retention {
                 at
             }
         };
+        let so_far = |processed: i64, plan| RetentionResult { deleted_messages: processed.max(0) as u64, plan };
+        if !at.plan.is_noop() {
+            ctx.before_first_batch().map_err(|e| e.with_partial(&so_far(processed, at.plan)))?;
+        }
         let mut pacer = ctx.batch_pacer();
         while !at.plan.is_noop() {
             let (began, batch) = (Instant::now(), pacer.size());
@@ -61,9 +65,8 @@ impl Job for Retention {
                 Some(upper) if deleted == batch => at.after_sequence = upper,
                 _ => break,
             }
-            let so_far = RetentionResult { deleted_messages: processed.max(0) as u64, plan: at.plan };
-            ctx.boundary(signals).map_err(|e| e.with_partial(&so_far))?;
+            ctx.boundary(signals).map_err(|e| e.with_partial(&so_far(processed, at.plan)))?;
         }
-        Ok(Finish::Done(RetentionResult { deleted_messages: processed.max(0) as u64, plan: at.plan }))
+        Ok(Finish::Done(so_far(processed, at.plan)))
     }
 }

@@ -66,7 +66,10 @@ impl Job for Export {
             None => None,
         };
         let (checkpoint, total, processed) = match saved {
-            Some(saved) => (saved, ctx.operation.total, ctx.operation.processed),
+            Some(saved) => {
+                ctx.before_first_batch()?;
+                (saved, ctx.operation.total, ctx.operation.processed)
+            }
             None => {
                 let (checkpoint, total) = start(ctx, &args).await?;
                 (checkpoint, total, 0)

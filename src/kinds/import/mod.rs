@@ -71,6 +71,7 @@ impl Job for Import {
         if let Some(done) = checkpoint.as_ref().filter(|c| c.done) {
             return Ok(Finish::Done(done.into()));
         }
+        ctx.before_first_batch()?;
         let result = match &args.artifact_ref {
             Some(id) => from_artifact(ctx, &args, &ArtifactId::from_stored(id.as_str()), checkpoint).await?,
             None => inline(ctx, &args.messages, &args.entries).await?,

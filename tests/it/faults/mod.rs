@@ -1,5 +1,5 @@
 //! Fault tests on the real binary: `context-ops` runs as child processes that are killed
-//! (SIGKILL, `sigkill`, `orphan`), frozen (SIGSTOP/SIGCONT, `fencing`) and left without
+//! (SIGKILL, `sigkill`, `orphan`, `dead_cancel`), frozen (SIGSTOP/SIGCONT, `fencing`) and left without
 //! their Redis (`redis_restart`), and the operation protocol (DESIGN.md §4) must still end
 //! every operation exactly once — the database is the truth, checkpoints commit with their
 //! effects, writes are fenced by the lease.
@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+mod dead_cancel;
 mod fencing;
 mod orphan;
 mod outages;
