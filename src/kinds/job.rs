@@ -165,6 +165,26 @@ impl JobCtx {
         Ok(signals)
     }
 
+    /// Inside a batch's transaction: its checkpoint, or for the last batch (`finished`
+    /// given) the operation's success with that result, committed with the batch's effect.
+    /// A last batch that only checkpointed would leave finished work looking unfinished to
+    /// a run that recovers the operation before its success is written
+    /// ([`Self::before_first_batch`] would then cancel or fail it).
+    pub async fn checkpoint_or_succeed(
+        &self,
+        tx: &mut Tx,
+        progress: &Progress,
+        finished: Option<&impl Serialize>,
+    ) -> Result<Signals, JobError> {
+        match finished {
+            Some(result) => {
+                self.succeed_in(tx, progress, result).await?;
+                Ok(Signals::default())
+            }
+            None => self.checkpoint_in(tx, progress).await,
+        }
+    }
+
     /// Inside the last batch's transaction: finish `succeeded` with `result` together with
     /// the batch's effect (and release what the operation holds). Return
     /// [`Finish::Committed`] after the commit.
@@ -220,8 +240,10 @@ impl JobCtx {
     /// Before a run's first batch: a cancel requested while the operation had no live
     /// worker (its holder died and this run took it over) or a deadline that passed
     /// meanwhile stops it here, before more work, rather than after one more batch. Each
-    /// kind calls it once it knows its checkpoint leaves work to do (a finished one ends as
-    /// it is).
+    /// batched kind calls it before its first batch, after its checkpoint has shown work
+    /// left: a last batch commits the success with its effect (delete, retention, rebuild)
+    /// or a checkpoint that says it is done (import, export), so finished work is never
+    /// taken for work left.
     pub fn before_first_batch(&self) -> Result<(), JobError> {
         self.boundary(Signals { cancel_requested: self.operation.cancel_requested, paused: false })
     }

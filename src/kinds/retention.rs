@@ -55,16 +55,19 @@ impl Job for Retention {
                 total: total.max(processed + deleted),
                 checkpoint: Some(encode(&next)?),
             };
-            let signals = ctx.checkpoint_in(&mut tx, &progress).await?;
+            // A short batch is the last: the operation succeeds in its commit.
+            let last = upper.is_none() || deleted != batch;
+            let finished = last.then(|| so_far(processed + deleted, at.plan));
+            let signals = ctx.checkpoint_or_succeed(&mut tx, &progress, finished.as_ref()).await?;
             ctx.commit(tx).await?;
             pacer.record(deleted, began.elapsed().as_millis() as u64);
             processed += deleted;
             total = total.max(processed);
             metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "retention").increment(deleted as u64);
-            match upper {
-                Some(upper) if deleted == batch => at.after_sequence = upper,
-                _ => break,
+            if let Some(result) = finished {
+                return Ok(Finish::Committed(result));
             }
+            at.after_sequence = next.after_sequence;
             ctx.boundary(signals).map_err(|e| e.with_partial(&so_far(processed, at.plan)))?;
         }
         Ok(Finish::Done(so_far(processed, at.plan)))

@@ -69,7 +69,15 @@ impl Job for RebuildVector {
                 total: new_total,
                 checkpoint: Some(encode(&next)?),
             };
-            let signals = ctx.checkpoint_in(&mut tx, &progress).await?;
+            // The last page's batch finishes the operation in its commit.
+            let finished = page.last.then(|| RebuildResult {
+                processed: done.max(0) as u64,
+                total: new_total.max(0) as u64,
+                written: next.written,
+                force: args.force,
+                model: model.clone(),
+            });
+            let signals = ctx.checkpoint_or_succeed(&mut tx, &progress, finished.as_ref()).await?;
             ctx.commit(tx).await?;
             (processed, total, at) = (done, new_total, next);
             // Entries that already have vectors (a forced rebuild over a full projection):
@@ -77,18 +85,11 @@ impl Job for RebuildVector {
             bulk &= !written.bulk_conflict;
             metrics::counter!(crate::metrics::ITEMS_PROCESSED, "kind" => "rebuild_vector")
                 .increment(page.items.len() as u64);
-            if page.last {
-                break;
+            if let Some(result) = finished {
+                return Ok(Finish::Committed(result));
             }
             ctx.boundary(signals)?;
         }
-        Ok(Finish::Done(RebuildResult {
-            processed: processed.max(0) as u64,
-            total: total.max(0) as u64,
-            written: at.written,
-            force: args.force,
-            model,
-        }))
     }
 }
 
