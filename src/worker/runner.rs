@@ -171,10 +171,15 @@ impl Runner {
         let policy = self.policy();
         let attempt = op.attempt.max(0) as u32;
         // Every claim counts an attempt, so an operation that kills its worker each time
-        // (a crash loop) still ends.
+        // (a crash loop) still ends: cancelled if that was asked for meanwhile (the job does
+        // not run again to report what it had done: `processed` says), else failed.
         if over_budget(attempt, &policy) {
             let message = crash_loop_message(op.error.as_deref()).to_string();
-            let t = Transition::Fail { code: ErrorCode::RetriesExhausted, message: &message };
+            let t = if op.cancel_requested {
+                Transition::Cancelled { result: None }
+            } else {
+                Transition::Fail { code: ErrorCode::RetriesExhausted, message: &message }
+            };
             if self.write(&lease, &t).await?.is_some()
                 && let Some(outcome) = t.outcome()
             {

@@ -1,5 +1,6 @@
 //! Deliveries: duplicates of a delivery run the operation once (and are counted), and
-//! operations that must not loop — an undecodable request, a crash loop — end.
+//! operations that must not loop — an undecodable request, a crash loop — end (a crash loop
+//! whose cancel was requested ends cancelled).
 
 use crate::harness::db::with_pool;
 use context_jobs::contract::{ContextOperationKind, ContextOperationState};
@@ -42,6 +43,8 @@ async fn undecodable_and_crash_looping_operations_end(backend: Backend) {
     seed(&api, "looping", 5).await;
     let corrupt = api.submit_delete("corrupt").await.id;
     let looping = api.submit_delete("looping").await.id;
+    seed(&api, "cancelled", 5).await;
+    let cancelled = api.submit_delete("cancelled").await.id;
     let max_attempts = i64::from(api.running().state.config.worker.max_attempts);
     with_pool!(api.db(), pool => {
         sqlx::query("UPDATE operations SET request = '{\"kind\":\"delete\"}' WHERE id = $1")
@@ -56,6 +59,17 @@ async fn undecodable_and_crash_looping_operations_end(backend: Backend) {
              lease_expires_at_ms = $3, pushed_at_ms = NULL, started_at_ms = $3 WHERE id = $1",
         )
         .bind(looping.as_str())
+        .bind(max_attempts)
+        .bind(now_ms() - 1)
+        .execute(pool)
+        .await
+        .unwrap();
+        // The same, with a cancel requested while its worker was dead.
+        sqlx::query(
+            "UPDATE operations SET state = 'running', phase = 'deleting', attempt = $2, lease_token = 'died', \
+             lease_expires_at_ms = $3, pushed_at_ms = NULL, started_at_ms = $3, cancel_requested = 1 WHERE id = $1",
+        )
+        .bind(cancelled.as_str())
         .bind(max_attempts)
         .bind(now_ms() - 1)
         .execute(pool)
@@ -76,8 +90,13 @@ async fn undecodable_and_crash_looping_operations_end(backend: Backend) {
     assert_eq!(operation_row(serve.db(), &looping).await.attempt, max_attempts + 1);
     assert_eq!(message_count(serve.db(), DEFAULT_TENANT, "corrupt").await, 5);
     assert_eq!(message_count(serve.db(), DEFAULT_TENANT, "looping").await, 5, "the job did not run again");
-    // Both released their conversation.
-    serve.append_records(&[message("corrupt", "after", "user", "x"), message("looping", "after", "user", "x")]).await;
+    // Its cancel is what ends the one that was asked to stop.
+    let done = serve.wait_terminal(&cancelled).await;
+    assert_eq!((done.state, done.error_code.as_deref()), (ContextOperationState::Cancelled, None), "{done:?}");
+    assert_eq!(message_count(serve.db(), DEFAULT_TENANT, "cancelled").await, 5, "the job did not run again");
+    // All released their conversation.
+    let after = ["corrupt", "looping", "cancelled"].map(|c| message(c, "after", "user", "x"));
+    serve.append_records(&after).await;
 }
 
 backend_tests!(backend: duplicate_deliveries_run_once, undecodable_and_crash_looping_operations_end);
