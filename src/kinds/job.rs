@@ -240,10 +240,10 @@ impl JobCtx {
     /// Before a run's first batch: a cancel requested while the operation had no live
     /// worker (its holder died and this run took it over) or a deadline that passed
     /// meanwhile stops it here, before more work, rather than after one more batch. Each
-    /// batched kind calls it before its first batch, after its checkpoint has shown work
-    /// left: a last batch commits the success with its effect (delete, retention, rebuild)
-    /// or a checkpoint that says it is done (import, export), so finished work is never
-    /// taken for work left.
+    /// batched kind calls it before the first batch of a run that may be a recovery, where
+    /// no earlier check (a plan saved with `save_progress`) came first. Finished work never
+    /// reaches it as work left: a last batch commits the success with its effect (delete,
+    /// retention, rebuild) or a checkpoint that says it is done (import, export).
     pub fn before_first_batch(&self) -> Result<(), JobError> {
         self.boundary(Signals { cancel_requested: self.operation.cancel_requested, paused: false })
     }

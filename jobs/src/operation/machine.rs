@@ -261,7 +261,8 @@ pub fn decide<'a>(
 }
 
 /// Right after a claim: an operation whose every attempt so far killed its worker (each
-/// claim counts one) fails instead of running again, so a crash loop still ends.
+/// claim counts one) ends instead of running again — failed, or cancelled if a cancel was
+/// requested (the runner decides) — so a crash loop still ends.
 pub fn over_budget(attempt: u32, policy: &RetryPolicy) -> bool {
     attempt > policy.max_attempts
 }
