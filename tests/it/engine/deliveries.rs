@@ -53,28 +53,21 @@ async fn undecodable_and_crash_looping_operations_end(backend: Backend) {
             .await
             .unwrap();
         // What a worker that died on every attempt leaves: running, the budget spent, the
-        // lease expired.
-        sqlx::query(
-            "UPDATE operations SET state = 'running', phase = 'deleting', attempt = $2, lease_token = 'died', \
-             lease_expires_at_ms = $3, pushed_at_ms = NULL, started_at_ms = $3 WHERE id = $1",
-        )
-        .bind(looping.as_str())
-        .bind(max_attempts)
-        .bind(now_ms() - 1)
-        .execute(pool)
-        .await
-        .unwrap();
-        // The same, with a cancel requested while its worker was dead.
-        sqlx::query(
-            "UPDATE operations SET state = 'running', phase = 'deleting', attempt = $2, lease_token = 'died', \
-             lease_expires_at_ms = $3, pushed_at_ms = NULL, started_at_ms = $3, cancel_requested = 1 WHERE id = $1",
-        )
-        .bind(cancelled.as_str())
-        .bind(max_attempts)
-        .bind(now_ms() - 1)
-        .execute(pool)
-        .await
-        .unwrap();
+        // lease expired; the second one with a cancel requested while its worker was dead.
+        for (id, cancel) in [(&looping, 0), (&cancelled, 1)] {
+            sqlx::query(
+                "UPDATE operations SET state = 'running', phase = 'deleting', attempt = $2, lease_token = 'died', \
+                 lease_expires_at_ms = $3, pushed_at_ms = NULL, started_at_ms = $3, cancel_requested = $4 \
+                 WHERE id = $1",
+            )
+            .bind(id.as_str())
+            .bind(max_attempts)
+            .bind(now_ms() - 1)
+            .bind(cancel)
+            .execute(pool)
+            .await
+            .unwrap();
+        }
     });
 
     let serve = TestApp::start_on(&api, Role::Serve, |_| {}).await;
