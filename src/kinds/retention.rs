@@ -1,6 +1,7 @@
 //! The `retention` job for one conversation: plan once (`context_jobs::retention::plan`),
 //! store the plan in the checkpoint, and delete by that fixed predicate in fenced batches,
 //! so a resumed run removes exactly what was planned; batches sized by time (`BatchPacer`).
+//! The last (short) batch commits the operation's success with its deletes.
 
 use std::time::Instant;
 

@@ -5,7 +5,7 @@
 //! after the last committed batch: nothing is embedded twice by one run, nothing is
 //! skipped — an entry rewritten during the walk moves to a later change sequence, so the
 //! walk meets it again. The next batches are read and embedded (`reader`) while the
-//! current one is written.
+//! current one is written; the last one commits the operation's success with it.
 
 mod reader;
 
