@@ -2,7 +2,7 @@
 //! failed or cancelled operation (`Requeue`), failing queued work past its deadline
 //! (`Expire`), pause and resume of a kind, and the bulk forms of cancel, retry and forget.
 
-use super::PAUSE_HOLDS;
+use super::{NO_ERROR, PAUSE_HOLDS};
 use crate::store::engine::Params;
 use crate::store::operations::{SubmitEffect, state_is};
 use crate::store::{Db, StoreResult, Tx, messages, now_ms, query};
@@ -39,7 +39,7 @@ async fn cancel_in(tx: &mut Tx, tenant: &TenantKey, id: &OperationId) -> StoreRe
     let mut p = Params::default();
     let (id_p, tenant_p) = (p.p(id.as_str()), p.p(tenant.as_str()));
     let sql = format!(
-        "UPDATE operations SET state = {}, phase = {}, cancel_requested = 1, error = NULL, error_code = NULL, \
+        "UPDATE operations SET state = {}, phase = {}, cancel_requested = 1, {NO_ERROR}, \
          finished_at_ms = {now_p}, updated_at_ms = {now_p}, version = version + 1 \
          WHERE id = {id_p} AND tenant = {tenant_p} AND {}",
         p.p(queued.to().as_str()),

@@ -147,6 +147,10 @@ fn exec_engine(ex: &Exec<'_>) -> Engine {
 const SIGNALS: &str = " RETURNING cancel_requested, (SELECT COUNT(*) FROM queue_controls c \
     WHERE c.kind = operations.kind AND c.paused = 1 AND (c.tenant = '' OR c.tenant = operations.tenant))";
 
+/// What an operation that succeeded or was cancelled sets: an earlier attempt's error (a
+/// retry's, a recovery's note) is not why it ended, and its attempts keep it.
+pub(super) const NO_ERROR: &str = "error = NULL, error_code = NULL";
+
 /// The `UPDATE` of a transition written by the lease holder.
 fn fenced_statement<'q>(engine: Engine, lease: &'q Lease, t: &Transition<'q>, now: i64) -> Query<'q> {
     let mut p = Params::default();
@@ -185,7 +189,7 @@ fn fenced_statement<'q>(engine: Engine, lease: &'q Lease, t: &Transition<'q>, no
                 }
             }
             set.push(format!("result = {}", p.p(result)));
-            set.push("error = NULL, error_code = NULL".into());
+            set.push(NO_ERROR.into());
         }
         Transition::Fail { code, message } | Transition::Retry { code, message, .. } => {
             set.push(format!("error_code = {}", p.p(code.as_str())));
@@ -195,9 +199,7 @@ fn fenced_statement<'q>(engine: Engine, lease: &'q Lease, t: &Transition<'q>, no
             if let Some(result) = result {
                 set.push(format!("result = {}", p.p(result)));
             }
-            // An earlier attempt's error (a retry's, a recovery's note) is not why it ended:
-            // the attempts keep it.
-            set.push("error = NULL, error_code = NULL".into());
+            set.push(NO_ERROR.into());
         }
         Transition::Release { .. } => {}
         Transition::Defer { not_before_ms, .. } => set.push(format!("not_before_ms = {}", p.p(not_before_ms))),
