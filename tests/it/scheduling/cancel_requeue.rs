@@ -85,6 +85,57 @@ async fn a_cancel_requested_before_a_return_to_the_queue_ends_the_operation_canc
     assert_eq!(state, "running");
 }
 
+/// PostgreSQL, READ COMMITTED: the lease holder puts a running operation back in the queue
+/// (a retry's write, not yet committed) while a cancel arrives. The cancel waits for the
+/// row, then sees it queued — and cancels it. (As two statements, "cancel if queued" saw it
+/// running and "flag if running" then saw it queued: neither matched, the API answered as
+/// if nothing were to do, and the operation ran again.) SQLite's one writer cannot
+/// interleave them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_racing_a_return_to_the_queue_is_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::connect(&fresh_database(Backend::Postgres, dir.path()).await, 4).await.unwrap();
+    db.migrate().await.unwrap();
+    let tenant = TenantKey::from_stored(TENANT);
+    let claimed = running_delete(&db, "raced", "cr").await;
+    let id = claimed.operation.id.clone();
+    let mut retry = db.begin_write().await.unwrap();
+    let back = Transition::Retry { not_before_ms: now_ms() + 60_000, code: ErrorCode::Transient, message: "gone" };
+    let signals = apply(&mut retry, &claimed.lease, &back).await.unwrap();
+    assert!(!signals.cancel_requested, "no cancel yet when the retry was written");
+    let cancelling = tokio::spawn({
+        let (db, tenant, id) = (db.clone(), tenant.clone(), id.clone());
+        async move { cancel(&db, &tenant, &id).await.unwrap() }
+    });
+    // The cancel is waiting for the retry's row lock.
+    let waiting = async {
+        loop {
+            let n: i64 = query(
+                "SELECT COUNT(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                 WHERE NOT l.granted AND a.datname = current_database()",
+            )
+            .fetch_scalar(&db)
+            .await
+            .unwrap();
+            if n > 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), waiting).await.expect("the cancel never waited");
+    retry.commit().await.unwrap();
+    assert!(cancelling.await.unwrap(), "the cancel found the operation queued and cancelled it");
+    let (state, cancel_requested): (String, i64) =
+        query("SELECT state, cancel_requested FROM operations WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!((state.as_str(), cancel_requested), ("cancelled", 1));
+    assert_eq!(barrier(&db, "cr").await, None, "the barrier went with it");
+}
+
 /// What the bug left behind — a queued delete with its cancel requested, holding its
 /// conversation's barrier — ends `cancelled` with the barrier released when the database is
 /// migrated; a queued delete without a request is left as it is.

@@ -34,35 +34,34 @@ enum CancelOutcome {
 }
 
 async fn cancel_in(tx: &mut Tx, tenant: &TenantKey, id: &OperationId) -> StoreResult<CancelOutcome> {
-    let now = now_ms();
-    let queued = Transition::CancelQueued;
+    let (queued, flag) = (Transition::CancelQueued, Transition::RequestCancel);
     let mut p = Params::default();
-    let (id_p, tenant_p) = (p.p(id.as_str()), p.p(tenant.as_str()));
+    let (id_p, tenant_p, now_p) = (p.p(id.as_str()), p.p(tenant.as_str()), p.p(now_ms()));
+    let (is_queued, is_running) = (p.state_in(queued.from()), p.state_in(flag.from()));
+    let (cancelled, phase) = (p.p(queued.to().as_str()), p.p(queued.phase().unwrap_or(phase::CANCELLED).to_string()));
+    // One compare-and-set for both cases. As two statements (cancel if queued, else flag if
+    // running), PostgreSQL's READ COMMITTED let a worker's move from running back to the
+    // queue (a retry, a release, a deferral) commit between them: neither matched, and the
+    // cancel was lost. One statement re-checks its whole condition on the row's newest
+    // version. The request clears an earlier attempt's error either way (the attempts keep
+    // it): that error is not how the operation ends.
     let sql = format!(
-        "UPDATE operations SET state = {}, phase = {}, cancel_requested = 1, {NO_ERROR}, \
-         finished_at_ms = {now_p}, updated_at_ms = {now_p}, version = version + 1 \
-         WHERE id = {id_p} AND tenant = {tenant_p} AND {}",
-        p.p(queued.to().as_str()),
-        p.p(queued.phase().unwrap_or(phase::CANCELLED).to_string()),
-        p.state_in(queued.from()),
-        now_p = p.p(now),
+        "UPDATE operations SET state = CASE WHEN {is_queued} THEN {cancelled} ELSE state END, \
+         phase = CASE WHEN {is_queued} THEN {phase} ELSE phase END, \
+         finished_at_ms = CASE WHEN {is_queued} THEN {now_p} ELSE finished_at_ms END, \
+         cancel_requested = 1, {NO_ERROR}, updated_at_ms = {now_p}, version = version + 1 \
+         WHERE id = {id_p} AND tenant = {tenant_p} AND ({is_queued} OR {is_running} AND cancel_requested = 0) \
+         RETURNING state"
     );
-    if p.into_query(sql).execute(&mut *tx).await? == 1 {
-        messages::conversations::release_barrier(&mut *tx, tenant, id).await?;
-        return Ok(CancelOutcome::Cancelled);
-    }
-    {
-        let flag = Transition::RequestCancel;
-        let mut p = Params::default();
-        let (id_p, tenant_p, now_p) = (p.p(id.as_str()), p.p(tenant.as_str()), p.p(now));
-        let sql = format!(
-            "UPDATE operations SET cancel_requested = 1, updated_at_ms = {now_p}, version = version + 1 \
-             WHERE id = {id_p} AND tenant = {tenant_p} AND {} AND cancel_requested = 0",
-            p.state_in(flag.from())
-        );
-        let flagged = p.into_query(sql).execute(&mut *tx).await? == 1;
-        Ok(if flagged { CancelOutcome::Flagged } else { CancelOutcome::Unchanged })
-    }
+    let state: Option<String> = p.into_query(sql).fetch_optional_scalar(&mut *tx).await?;
+    Ok(match state.as_deref().map(State::parse) {
+        Some(Some(to)) if to == queued.to() => {
+            messages::conversations::release_barrier(&mut *tx, tenant, id).await?;
+            CancelOutcome::Cancelled
+        }
+        Some(_) => CancelOutcome::Flagged,
+        None => CancelOutcome::Unchanged,
+    })
 }
 
 /// Retry (API): a `failed` or `cancelled` operation goes back to `queued` with a fresh
@@ -151,7 +150,7 @@ pub async fn expire_overdue(db: &Db, limit: i64) -> StoreResult<Vec<(OperationId
             p.p(t.to().as_str()),
             p.p(t.phase().unwrap_or(phase::FAILED).to_string()),
             p.p(ErrorCode::DeadlineExceeded.as_str()),
-            p.p("the deadline passed before the operation could start"),
+            p.p("the deadline passed while the operation was queued"),
             p.state_in(t.from()),
         );
         let (id, tenant) = (OperationId::from_stored(id), TenantKey::from_stored(tenant));
