@@ -36,7 +36,7 @@ impl Job for Delete {
         let fresh = resumed.is_none() && processed == 0;
         let after = resumed.unwrap_or_default().after_sequence;
         let so_far = |processed: i64| DeleteResult { deleted_messages: processed.max(0) as u64 };
-        ctx.before_first_batch().map_err(|e| e.with_partial(&so_far(processed)))?;
+        ctx.before_first_batch().await.map_err(|e| e.with_partial(&so_far(processed)))?;
         // Batches grow while they are quick (`BatchPacer`); each range is a full batch for
         // the pacer, gaps left by retention included: its time is what counts.
         let mut pacer = ctx.batch_pacer();

@@ -238,14 +238,24 @@ impl JobCtx {
     }
 
     /// Before a run's first batch: a cancel requested while the operation had no live
-    /// worker (its holder died and this run took it over) or a deadline that passed
-    /// meanwhile stops it here, before more work, rather than after one more batch. Each
-    /// batched kind calls it before the first batch of a run that may be a recovery, where
-    /// no earlier check (a plan saved with `save_progress`) came first. Finished work never
-    /// reaches it as work left: a last batch commits the success with its effect (delete,
-    /// retention, rebuild) or a checkpoint that says it is done (import, export).
-    pub fn before_first_batch(&self) -> Result<(), JobError> {
-        self.boundary(Signals { cancel_requested: self.operation.cancel_requested, paused: false })
+    /// worker (its holder died and this run took it over), a pause made meanwhile, or a
+    /// deadline that passed stops it here, before more work, rather than after one more
+    /// batch. Each batched kind calls it before the first batch of a run that may be a
+    /// recovery, where no earlier check (a plan saved with `save_progress`) came first.
+    /// Finished work never reaches it as work left: a last batch commits the success with
+    /// its effect (delete, retention, rebuild) or a checkpoint that says it is done (import,
+    /// export).
+    pub async fn before_first_batch(&self) -> Result<(), JobError> {
+        let signals = if self.operation.recovered() {
+            // A recovery takes a running row whatever the pauses say (the orphan must end
+            // or go back to the queue): ask now, with a heartbeat.
+            let t = Transition::Heartbeat { lease_until_ms: self.lease.renewed_until() };
+            transitions::apply(&self.db, &self.lease, &t).await?
+        } else {
+            // Any other claim checked the pauses itself and returned the cancel flag.
+            Signals { cancel_requested: self.operation.cancel_requested, paused: false }
+        };
+        self.boundary(signals)
     }
 
     /// Called after each committed batch: stop if cancellation was requested, the kind was

@@ -39,7 +39,7 @@ impl Job for Retention {
         };
         let so_far = |processed: i64, plan| RetentionResult { deleted_messages: processed.max(0) as u64, plan };
         if !at.plan.is_noop() {
-            ctx.before_first_batch().map_err(|e| e.with_partial(&so_far(processed, at.plan)))?;
+            ctx.before_first_batch().await.map_err(|e| e.with_partial(&so_far(processed, at.plan)))?;
         }
         let mut pacer = ctx.batch_pacer();
         while !at.plan.is_noop() {

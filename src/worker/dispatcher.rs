@@ -30,6 +30,16 @@ pub fn spawn(
     // Housekeeping (pruning, the queue's vacuum: a SCAN of Redis) runs on a task of its own:
     // on a busy Redis a vacuum took seconds, and in this loop it held back every push.
     spawn_housekeeping(db.clone(), queue.clone(), config.clone(), shutdown.clone());
+    // Validated at start (`Config::validate`).
+    let scheduling = config.scheduling().unwrap_or_default();
+    let repush = dispatch::Repush {
+        after_ms: config.queue.repush_after_ms as i64,
+        limited: ContextOperationKind::ALL
+            .into_iter()
+            .filter(|&k| scheduling.max_running.get(k).is_some() || scheduling.max_running_per_tenant.get(k).is_some())
+            .collect(),
+        wake_every_ms: config.queue.dispatch_interval_ms as i64,
+    };
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(config.queue.dispatch_interval_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -39,7 +49,7 @@ pub fn spawn(
                 _ = shutdown.cancelled() => return Ok(()),
                 _ = tick.tick() => {}
             }
-            if let Err(e) = dispatch_once(&db, &queue, &changes, config.queue.repush_after_ms as i64).await {
+            if let Err(e) = dispatch_once(&db, &queue, &changes, &repush).await {
                 tracing::warn!(error = format!("{e:#}"), "dispatcher round failed");
             }
             if let Err(e) = update_gauges(&db, &queue).await {
@@ -98,7 +108,12 @@ fn spawn_housekeeping(db: Db, queue: Queue, config: Arc<Config>, shutdown: Cance
 }
 
 /// One dispatcher round; returns how many operations were pushed.
-pub async fn dispatch_once(db: &Db, queue: &Queue, changes: &Changes, repush_after_ms: i64) -> anyhow::Result<usize> {
+pub async fn dispatch_once(
+    db: &Db,
+    queue: &Queue,
+    changes: &Changes,
+    repush: &dispatch::Repush,
+) -> anyhow::Result<usize> {
     // Queued work past its deadline never starts.
     for (id, tenant, kind) in transitions::expire_overdue(db, 500).await? {
         changes.committed(&id, &tenant);
@@ -118,7 +133,7 @@ pub async fn dispatch_once(db: &Db, queue: &Queue, changes: &Changes, repush_aft
         Ok(false) => {}
         Err(e) => tracing::debug!(error = format!("{e:#}"), "cannot check the queue marker"),
     }
-    let due = dispatch::take_dispatchable(db, repush_after_ms, 500).await?;
+    let due = dispatch::take_dispatchable(db, repush, 500).await?;
     push_taken(db, queue, &due).await
 }
 

@@ -147,8 +147,10 @@ impl Runner {
     ) -> anyhow::Result<Option<Claimed>> {
         Ok(match transitions::claim_next(&self.db, kind, &self.holder, lease_ms, limits, &self.views).await? {
             Next::Claimed(claimed) => Some(*claimed),
-            Next::Held { id, tenant } => {
-                self.changes.committed(&id, &tenant);
+            Next::Held(held) => {
+                for (id, tenant) in &held {
+                    self.changes.committed(id, tenant);
+                }
                 None
             }
             Next::Nothing => None,

@@ -67,7 +67,7 @@ impl Job for Export {
         };
         let (checkpoint, total, processed) = match saved {
             Some(saved) => {
-                ctx.before_first_batch()?;
+                ctx.before_first_batch().await?;
                 (saved, ctx.operation.total, ctx.operation.processed)
             }
             None => {

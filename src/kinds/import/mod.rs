@@ -71,7 +71,7 @@ impl Job for Import {
         if let Some(done) = checkpoint.as_ref().filter(|c| c.done) {
             return Ok(Finish::Done(done.into()));
         }
-        ctx.before_first_batch()?;
+        ctx.before_first_batch().await?;
         let result = match &args.artifact_ref {
             Some(id) => from_artifact(ctx, &args, &ArtifactId::from_stored(id.as_str()), checkpoint).await?,
             None => inline(ctx, &args.messages, &args.entries).await?,

@@ -102,7 +102,7 @@ async fn start(
     spawn_reader: impl Fn(i64) -> Reader,
 ) -> Result<(RebuildCheckpoint, i64, Reader), JobError> {
     if let Some(at) = ctx.checkpoint::<RebuildCheckpoint>()? {
-        ctx.before_first_batch()?;
+        ctx.before_first_batch().await?;
         let reader = spawn_reader(at.after_seq);
         return Ok((at, ctx.operation.total, reader));
     }

@@ -4,12 +4,14 @@
 
 use sqlx::AssertSqlSafe;
 
+use super::state_is;
 use crate::store::engine::Params;
 use crate::store::{Db, StoreError, StoreResult, now_ms, placeholders, query};
 use context_jobs::artifact;
 use context_jobs::contract::{ContextOperationKind, ContextOperationState as State};
 use context_jobs::ids::{OperationId, TenantKey};
 use context_jobs::operation::machine::TERMINAL;
+use context_jobs::operation::schedule::phase::WAITING_FOR_CONCURRENCY;
 
 /// An operation the dispatcher should push again.
 pub struct Dispatchable {
@@ -24,38 +26,62 @@ fn terminal_in(start: usize) -> (String, impl Iterator<Item = &'static str>) {
     (format!("state IN ({})", placeholders(start, TERMINAL.len())), TERMINAL.iter().map(|s| s.as_str()))
 }
 
-/// Due operations that were never pushed (or not for `repush_after_ms`), and running
-/// ones whose lease expired, oldest first. Each returned row is marked pushed by the same
-/// statement that finds it (PostgreSQL: rows another dispatcher is marking are skipped;
-/// SQLite has one writer), so concurrent dispatchers do not push the same operation twice
-/// in one round. One statement: marking 500 rows one compare-and-set at a time held the
-/// first push of a round back by hundreds of milliseconds.
-pub async fn take_dispatchable(db: &Db, repush_after_ms: i64, limit: usize) -> StoreResult<Vec<Dispatchable>> {
+/// What a dispatcher round pushes again besides what was never pushed.
+#[derive(Debug, Clone, Default)]
+pub struct Repush {
+    /// A queued operation pushed this long ago and not started is pushed again (a lost push).
+    pub after_ms: i64,
+    /// Kinds under a concurrency limit. Their held work (phase `waiting_for_concurrency`) is
+    /// not pushed again one by one: a delivery of a limited kind claims by fair share, not
+    /// the operation it names, and a worker that finishes one claims the next — so one
+    /// operation per kind is pushed as a wake-up, at most once per `wake_every_ms`, for a
+    /// slot freed where no worker went on (a shutdown, a claim that failed, lost races).
+    /// Pushed again by age, thousands of held operations took every round's places from
+    /// orphans and new work, and each delivery read the scheduler's view for nothing.
+    pub limited: Vec<ContextOperationKind>,
+    pub wake_every_ms: i64,
+}
+
+/// Due operations that were never pushed (or not for `repush.after_ms`), and running ones
+/// whose lease expired, those never pushed (and orphans, whose claim cleared the mark)
+/// first, then oldest first; and the wake-ups of [`Repush::limited`]. Each returned row is
+/// marked pushed by the same statement that finds it (PostgreSQL: rows another dispatcher
+/// is marking are skipped; SQLite has one writer), so concurrent dispatchers do not push
+/// the same operation twice in one round. One statement: marking 500 rows one
+/// compare-and-set at a time held the first push of a round back by hundreds of
+/// milliseconds.
+pub async fn take_dispatchable(db: &Db, repush: &Repush, limit: usize) -> StoreResult<Vec<Dispatchable>> {
     let now = now_ms();
-    let stale = now - repush_after_ms;
     let lock = if db.engine() == crate::store::Engine::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
+    let mut p = Params::default();
+    let (now_p, stale_p, limit_p) = (p.p(now), p.p(now - repush.after_ms), p.p(limit as i64));
+    let (queued, running) = (state_is("", State::Queued), state_is("", State::Running));
+    let held = p.p(WAITING_FOR_CONCURRENCY);
+    let limited: Vec<String> = repush.limited.iter().map(|k| p.p(k.as_str())).collect();
+    let not_held = if limited.is_empty() {
+        String::new()
+    } else {
+        format!(" AND NOT (phase = {held} AND pushed_at_ms IS NOT NULL AND kind IN ({}))", limited.join(", "))
+    };
     // A running operation is an orphan when its lease expired or its owner went silent.
     // Queued work a pause holds is left to the resume, whatever its phase says; work still
     // marked `paused` with no pause left (a submission that saw a pause its resume committed
     // beside) is pushed.
     let sql = format!(
-        "UPDATE operations SET pushed_at_ms = $1 WHERE id IN (SELECT id FROM operations WHERE \
-         ((state = $4 AND not_before_ms <= $1 AND NOT {}) \
-          OR (state = $5 AND (lease_expires_at_ms < $1 OR lease_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_heartbeats w \
-              WHERE w.holder = operations.lease_owner AND w.seen_at_ms >= $6)))) \
-         AND (pushed_at_ms IS NULL OR pushed_at_ms < $2) ORDER BY created_at_ms LIMIT $3{lock}) \
+        "UPDATE operations SET pushed_at_ms = {now_p} WHERE id IN (SELECT id FROM operations WHERE \
+         (({queued} AND not_before_ms <= {now_p} AND NOT {}{not_held}) \
+          OR ({running} AND (lease_expires_at_ms < {now_p} OR lease_owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_heartbeats w \
+              WHERE w.holder = operations.lease_owner AND w.seen_at_ms >= {})))) \
+         AND (pushed_at_ms IS NULL OR pushed_at_ms < {stale_p}) \
+         ORDER BY pushed_at_ms IS NOT NULL, created_at_ms LIMIT {limit_p}{lock}) \
          RETURNING id, kind, state, created_at_ms",
-        *super::transitions::PAUSE_HOLDS
+        *super::transitions::PAUSE_HOLDS,
+        p.p(now - super::transitions::OWNER_SILENCE_MS),
     );
-    let mut taken: Vec<(String, String, String, i64)> = query(AssertSqlSafe(sql))
-        .bind(now)
-        .bind(stale)
-        .bind(limit as i64)
-        .bind(State::Queued.as_str())
-        .bind(State::Running.as_str())
-        .bind(now - super::transitions::OWNER_SILENCE_MS)
-        .fetch_all(db)
-        .await?;
+    let mut taken: Vec<(String, String, String, i64)> = p.into_query(sql).fetch_all(db).await?;
+    if !repush.limited.is_empty() {
+        taken.extend(take_wake_ups(db, repush, now).await?);
+    }
     // RETURNING keeps no order.
     taken.sort_by_key(|row| row.3);
     Ok(taken
@@ -65,6 +91,29 @@ pub async fn take_dispatchable(db: &Db, repush_after_ms: i64, limit: usize) -> S
             Some(Dispatchable { id: OperationId::from_stored(id), kind, orphaned: state == State::Running.as_str() })
         })
         .collect())
+}
+
+/// One held operation per limited kind, pushed again when none of the kind's held work was
+/// pushed in the last `wake_every_ms` (the mark compared again on the row's newest version:
+/// concurrent dispatchers do not push the same one).
+async fn take_wake_ups(db: &Db, repush: &Repush, now: i64) -> StoreResult<Vec<(String, String, String, i64)>> {
+    let mut p = Params::default();
+    let (now_p, since_p, held) = (p.p(now), p.p(now - repush.wake_every_ms), p.p(WAITING_FOR_CONCURRENCY));
+    let kinds: Vec<String> =
+        repush.limited.iter().map(|k| format!("SELECT CAST({} AS TEXT) AS kind", p.p(k.as_str()))).collect();
+    let sql = format!(
+        "UPDATE operations SET pushed_at_ms = {now_p} WHERE id IN (SELECT (SELECT o.id FROM operations o \
+         WHERE o.kind = k.kind AND {} AND o.phase = {held} AND o.not_before_ms <= {now_p} \
+         AND o.pushed_at_ms < {since_p} AND NOT {} LIMIT 1) FROM ({}) k \
+         WHERE NOT EXISTS (SELECT 1 FROM operations x WHERE x.kind = k.kind AND {} AND x.phase = {held} \
+         AND x.pushed_at_ms >= {since_p})) AND pushed_at_ms < {since_p} \
+         RETURNING id, kind, state, created_at_ms",
+        state_is("o.", State::Queued),
+        super::transitions::pause_holds("o.kind", "o.tenant"),
+        kinds.join(" UNION ALL "),
+        state_is("x.", State::Queued),
+    );
+    Ok(p.into_query(sql).fetch_all(db).await?)
 }
 
 /// A page of `kind`'s queued, due operations that no pause holds (of `tenant`, or of every

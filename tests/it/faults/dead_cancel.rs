@@ -1,10 +1,11 @@
 //! A cancel that arrives while its operation's worker is dead (SIGKILLed mid-delete): the
 //! process that takes the orphan over ends it `cancelled` before it deletes anything more,
 //! reporting what was deleted before the kill, and the conversation's barrier goes with it.
+//! A pause made meanwhile sends the orphan back to the queue the same way.
 
 use std::time::Duration;
 
-use context_jobs::contract::ContextOperationState;
+use context_jobs::contract::{ContextOperationKind, ContextOperationState};
 use context_jobs::ids::{OperationId, TenantKey};
 use context_ops::store::operations::transitions;
 use serde_json::json;
@@ -60,4 +61,40 @@ async fn a_cancel_sent_while_the_worker_is_dead_stops_the_orphan_before_more_wor
     b.proc.assert_alive();
 }
 
-backend_tests!(backend: a_cancel_sent_while_the_worker_is_dead_stops_the_orphan_before_more_work);
+/// The kind paused while the worker is dead: the recovery releases the orphan (`queued`,
+/// phase `paused`) before any further batch (before, it deleted one batch more first), and
+/// the resume finishes it.
+async fn a_pause_made_while_the_worker_is_dead_releases_the_orphan_before_more_work(backend: Backend) {
+    const TOTAL: i64 = 200_000;
+    let fx = Fixture::new(backend, LEASE_SECS).await;
+    fx.seed("big", TOTAL).await;
+
+    let mut a = fx.env.spawn("serve-a", "serve");
+    a.wait_healthy(HEALTHY_WITHIN).await;
+    let id = a.api.submit_delete("big").await.id;
+    let seen = a.api.wait_until(&id, Duration::from_secs(60), "running", mid_run).await;
+    assert_eq!(seen.state, ContextOperationState::Running, "the delete ended before it could be killed: {seen:?}");
+    a.proc.kill();
+    transitions::set_paused(&fx.db, ContextOperationKind::Delete, None, true).await.expect("pause");
+    let at_pause = fx.operation(&id).await;
+    assert_eq!(at_pause.state, "running", "{at_pause:?}");
+
+    let mut b = fx.env.spawn("serve-b", "serve");
+    b.wait_healthy(HEALTHY_WITHIN).await;
+    let held = b.api.wait_until(&id, Duration::from_secs(60), "released", |op| op.phase == "paused").await;
+    assert_eq!(held.state, ContextOperationState::Queued, "{held:?}");
+    assert_eq!(held.processed as i64, at_pause.processed, "not one batch more: {held:?}");
+    assert_eq!(fx.messages("big").await, TOTAL - at_pause.processed);
+
+    transitions::set_paused(&fx.db, ContextOperationKind::Delete, None, false).await.expect("resume");
+    let done = b.api.wait_until(&id, Duration::from_secs(60), "finished", |op| op.state.is_terminal()).await;
+    assert_eq!(done.state, ContextOperationState::Succeeded, "{done:?}");
+    assert_eq!(done.result_json()["deletedMessages"], json!(TOTAL), "{done:?}");
+    assert_eq!(fx.messages("big").await, 0);
+    b.proc.assert_alive();
+}
+
+backend_tests!(backend:
+    a_cancel_sent_while_the_worker_is_dead_stops_the_orphan_before_more_work,
+    a_pause_made_while_the_worker_is_dead_releases_the_orphan_before_more_work,
+);

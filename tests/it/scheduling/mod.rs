@@ -8,6 +8,7 @@ mod bulk;
 mod cancel_requeue;
 mod combined;
 mod deadlines;
+mod held;
 mod limits;
 mod limits_chosen;
 mod many_tenants;

@@ -14,7 +14,7 @@ use context_jobs::operation::ErrorCode;
 use context_jobs::operation::machine::{LEASE_EXPIRED_MESSAGE, WAITING_PHASES};
 use context_jobs::operation::schedule::{Pick, pick};
 
-use super::shares::{hold_one, record_claim};
+use super::shares::{hold as hold_work, record_claim};
 use super::view::{self, ViewCache};
 use context_jobs::operation::{Transition, phase};
 
@@ -24,8 +24,6 @@ pub const OWNER_SILENCE_MS: i64 = 3_000;
 /// Which rows a claim by id may take.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Takes {
-    /// The scheduler's choice off a fresh view: a queued operation that is due.
-    Queued,
     /// The same under a concurrency limit, and only while the kind's running operations —
     /// every tenant's, and the operation's tenant's — are under the limits, as the statement
     /// itself counts them. The view a choice was made off is already old: two workers that
@@ -33,8 +31,8 @@ enum Takes {
     /// Claims of a limited kind are serialised so that each count sees the claims before it
     /// (PostgreSQL: an advisory lock per kind; SQLite has one writer).
     Limited { kind: &'static str, max_running: Option<u32>, max_per_tenant: Option<u32> },
-    /// A choice off a cached view (see `view.rs`): due, and no pause holds it (the view may
-    /// predate the pause).
+    /// The scheduler's choice off a view, fresh or cached (see `view.rs`): due, and no pause
+    /// holds it (a pause may have committed since the view was read).
     Unpaused,
     /// An orphan: a running operation whose lease expired or whose owner went silent.
     Orphan,
@@ -158,8 +156,6 @@ fn claim_statement<'q>(
             }
             guard
         }
-        Takes::Queued if by_id => due_by_id(&mut p),
-        Takes::Queued => "1 = 1".into(),
         Takes::Unpaused if by_id => format!("{} AND NOT {}", due_by_id(&mut p), *PAUSE_HOLDS),
         Takes::Unpaused => format!("NOT {}", *PAUSE_HOLDS),
         Takes::Orphan => format!(
@@ -294,9 +290,9 @@ pub struct ClaimLimits {
 pub enum Next {
     /// Claimed this operation.
     Claimed(Box<Claimed>),
-    /// Nothing may start now, and this queued operation's phase now says why (a pause or a
-    /// concurrency limit holds it): a change to announce.
-    Held { id: OperationId, tenant: TenantKey },
+    /// Nothing may start now, and these queued operations' phase now says why (a pause or a
+    /// concurrency limit holds them): changes to announce.
+    Held(Vec<(OperationId, TenantKey)>),
     /// Nothing may start now.
     Nothing,
 }
@@ -325,12 +321,9 @@ pub async fn claim_next(
         let chosen = match decision {
             Pick::Idle => None,
             Pick::Held { hold, head, .. } => {
-                let id = OperationId::from_stored(head);
                 views.put(kind, view.clone());
-                return Ok(match hold_one(db, id.as_str(), hold).await? {
-                    Some(tenant) => Next::Held { id, tenant },
-                    None => Next::Nothing,
-                });
+                let held = hold_work(db, kind, head, hold).await?;
+                return Ok(if held.is_empty() { Next::Nothing } else { Next::Held(held) });
             }
             Pick::Run { tenant, id } => Some((tenant.to_owned(), id.to_owned())),
         };
@@ -344,7 +337,7 @@ pub async fn claim_next(
             claim_chosen(db, kind, &OperationId::from_stored(id.as_str()), owner, lease_ms, limits).await?
         } else {
             let target = Target::FirstDue { kind: kind.as_str(), tenant: &tenant, from, count: 1 };
-            claim_id(db, target, owner, lease_ms, Takes::Queued).await?
+            claim_id(db, target, owner, lease_ms, Takes::Unpaused).await?
         };
         if let Some(claimed) = claimed {
             record_claim(db, views, kind, &tenant, queue_position(&claimed.operation), tenants, now).await?;

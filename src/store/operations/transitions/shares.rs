@@ -6,7 +6,7 @@ use super::view::ViewCache;
 use crate::store::engine::Params;
 use crate::store::{Db, StoreResult, now_ms, query};
 use context_jobs::contract::ContextOperationKind;
-use context_jobs::ids::TenantKey;
+use context_jobs::ids::{OperationId, TenantKey};
 use context_jobs::operation::Transition;
 use context_jobs::operation::schedule::Hold;
 
@@ -43,21 +43,35 @@ async fn served(db: &Db, kind: ContextOperationKind, tenant: &str, now: i64) -> 
     Ok(())
 }
 
-/// Write why a queued operation waits (its phase), once: nothing changes when it already
-/// says so. Its tenant when it changed.
-pub(super) async fn hold_one(db: &Db, id: &str, hold: Hold) -> StoreResult<Option<TenantKey>> {
+/// Write why queued work of `kind` waits (its phase), once: nothing changes where it already
+/// says so. A pause: the scheduler's head `head` (a pause marks the rest itself). A full
+/// concurrency limit: every due operation of the kind that no pause holds — nothing of the
+/// kind can start (the scheduler found no tenant under its limits), and each shows why
+/// (the dispatcher leaves them to the wake-ups of `dispatch::take_dispatchable`). The
+/// operations it changed, with their tenants.
+pub(super) async fn hold(
+    db: &Db,
+    kind: ContextOperationKind,
+    head: &str,
+    hold: Hold,
+) -> StoreResult<Vec<(OperationId, TenantKey)>> {
     let t = Transition::Hold { phase: hold.phase() };
     let mut p = Params::default();
-    let (id_p, phase_p, now_p) = (p.p(id), p.p(hold.phase()), p.p(now_ms()));
-    // A pause is re-checked by the statement itself: a resume committed since the scheduler
-    // looked must not leave the head marked `paused` (the dispatcher would push it again only
-    // after its repush age).
-    let still = if hold == Hold::Paused { format!(" AND {}", *PAUSE_HOLDS) } else { String::new() };
+    let (phase_p, now_p) = (p.p(hold.phase()), p.p(now_ms()));
+    let rows = match hold {
+        // A pause is re-checked by the statement itself: a resume committed since the
+        // scheduler looked must not leave the head marked `paused` (the dispatcher would
+        // push it again only after its repush age).
+        Hold::Paused => format!("id = {} AND {}", p.p(head), *PAUSE_HOLDS),
+        Hold::Concurrency => {
+            format!("kind = {} AND not_before_ms <= {now_p} AND NOT {}", p.p(kind.as_str()), *PAUSE_HOLDS)
+        }
+    };
     let sql = format!(
         "UPDATE operations SET phase = {phase_p}, updated_at_ms = {now_p}, version = version + 1 \
-         WHERE id = {id_p} AND {} AND phase <> {phase_p}{still} RETURNING tenant",
+         WHERE {rows} AND {} AND phase <> {phase_p} RETURNING id, tenant",
         p.state_in(t.from())
     );
-    let tenant: Option<String> = p.into_query(sql).fetch_optional_scalar(db).await?;
-    Ok(tenant.map(TenantKey::from_stored))
+    let held: Vec<(String, String)> = p.into_query(sql).fetch_all(db).await?;
+    Ok(held.into_iter().map(|(id, tenant)| (OperationId::from_stored(id), TenantKey::from_stored(tenant))).collect())
 }
