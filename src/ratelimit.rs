@@ -41,14 +41,17 @@ return 0
 ";
 
 /// Move a key's arrival time by ARGV[1] µs, never below min(now, tat); ARGV[2] now (µs),
-/// ARGV[3] the key's expiry (ms).
+/// ARGV[3] the key's least expiry (ms). The key lives at least until its arrival time: a
+/// turn that used more than a window's worth moves it past `now + window`, and a key that
+/// expired before then would forget that debt (the next burst admitted in full).
 const SETTLE: &str = r"
 local tat = tonumber(redis.call('get', KEYS[1]) or '0')
 local now = tonumber(ARGV[2])
 local moved = tat + tonumber(ARGV[1])
 local floor = math.min(now, tat)
 if moved < floor then moved = floor end
-redis.call('set', KEYS[1], string.format('%d', moved), 'PX', tonumber(ARGV[3]))
+local ttl = math.max(tonumber(ARGV[3]), math.floor((moved - now) / 1000) + 1000)
+redis.call('set', KEYS[1], string.format('%d', moved), 'PX', string.format('%d', ttl))
 return 0
 ";
 

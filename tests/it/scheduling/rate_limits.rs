@@ -104,4 +104,31 @@ async fn a_429_holds_the_model_for_everyone(backend: Backend) {
     }
 }
 
+/// A turn that used far more tokens than estimated (and than its limit's window) leaves its
+/// debt on the limit until the debt is paid: in Redis, the key lives at least that long
+/// (it expired after one window and a second, and the next burst was admitted in full).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_settled_debt_outlives_the_window_in_redis() {
+    use context_jobs::ids::TenantKey;
+    use context_jobs::operation::rate_limit::{keys_for, parse_rules};
+    let client = redis::Client::open(crate::harness::app::redis_url()).unwrap();
+    let conn = redis::aio::ConnectionManager::new(client).await.unwrap();
+    let namespace = format!("settle-test-{}", ulid::Ulid::generate());
+    let dir = tempfile::tempdir().unwrap();
+    let db = context_ops::store::Db::connect(&crate::harness::fresh_database(Backend::Sqlite, dir.path()).await, 2)
+        .await
+        .unwrap();
+    let rules = parse_rules("model=m tps=2000").unwrap();
+    let key = format!("{namespace}:{}", keys_for(&rules, "acme/prod", "m")[0].0);
+    let limiter = context_ops::ratelimit::RateLimiter::new(&db, Some((conn.clone(), namespace)), rules);
+    let tenant = TenantKey::from_stored("acme/prod");
+    let admitted = limiter.admit(&tenant, "m", 1_500).await.unwrap().expect("the first turn fits");
+    // 8,500 tokens more than charged: 4.25 s of the limit's time ahead.
+    limiter.settle(&admitted, 10_000).await.unwrap();
+    let ttl_ms: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn.clone()).await.unwrap();
+    assert!(ttl_ms > 4_250, "the key expires in {ttl_ms} ms, before its debt of ~4.25 s is paid");
+    let wait = limiter.admit(&tenant, "m", 1).await.unwrap().expect_err("the debt holds the next turn");
+    assert!(wait > 3_000, "held {wait} ms");
+}
+
 backend_tests!(backend: the_configured_rate_keeps_a_fleet_under_the_providers_quota, a_429_holds_the_model_for_everyone);
