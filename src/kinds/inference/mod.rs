@@ -27,8 +27,8 @@ use crate::provider::responses_client::ResponsesClient;
 use crate::store::{StoreError, messages};
 use context_jobs::contract::ContextOperationState;
 use context_jobs::kinds::inference::{
-    Inference, InferenceCheckpoint, InferenceJob, InferenceResult, InferenceSubmission, PHASE_APPENDING_REPLY,
-    history_window, record_cost, reply_message_id, reply_record,
+    EVENT_ROLE, HistoryScan, Inference, InferenceCheckpoint, InferenceJob, InferenceResult, InferenceSubmission,
+    PHASE_APPENDING_REPLY, reply_message_id, reply_record,
 };
 use context_jobs::operation::{ErrorCode, Progress, phase};
 use context_jobs::responses::{ResponsesRequest, build_request_body};
@@ -116,19 +116,14 @@ async fn load_messages(
         return Ok(job.request.messages.clone());
     };
     let tenant = ctx.tenant();
-    let budget = ctx.config.provider.inference_history_bytes;
-    let mut newest_first = Vec::new();
-    let mut used = 0usize;
+    let mut scan = HistoryScan::new(ctx.config.provider.inference_history_bytes);
     let mut through = checkpoint.history_through.unwrap_or(i64::MAX);
     'pages: loop {
-        let page = messages::newest_through(&ctx.db, tenant, conversation, through, HISTORY_PAGE).await?;
+        let page = messages::newest_through(&ctx.db, tenant, conversation, through, EVENT_ROLE, HISTORY_PAGE).await?;
         let full = page.len() == HISTORY_PAGE;
         for record in page {
-            used += record_cost(&record);
             through = record.sequence - 1;
-            newest_first.push(record);
-            // One record past the budget is enough to know where the window ends.
-            if used > budget {
+            if !scan.push(record) {
                 break 'pages;
             }
         }
@@ -137,10 +132,9 @@ async fn load_messages(
         }
     }
     if checkpoint.history_through.is_none() {
-        checkpoint.history_through = Some(newest_first.first().map_or(0, |r| r.sequence));
+        checkpoint.history_through = Some(scan.newest_sequence().unwrap_or(0));
     }
-    newest_first.reverse();
-    let mut messages = history_window(&newest_first, budget);
+    let mut messages = scan.into_messages();
     messages.extend(job.request.messages.iter().cloned());
     Ok(messages)
 }

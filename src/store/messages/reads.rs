@@ -81,13 +81,20 @@ pub async fn newest_through(
     tenant: &TenantKey,
     conversation: &str,
     through: i64,
+    except_role: &str,
     limit: usize,
 ) -> StoreResult<Vec<ConversationRecord>> {
     let sql = format!(
         "SELECT {MESSAGE_COLUMNS} FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence <= $3 \
-         ORDER BY sequence DESC LIMIT {limit}"
+         AND role <> $4 ORDER BY sequence DESC LIMIT {limit}"
     );
-    let rows = query(AssertSqlSafe(sql)).bind(tenant.as_str()).bind(conversation).bind(through).fetch_all(db).await?;
+    let rows = query(AssertSqlSafe(sql))
+        .bind(tenant.as_str())
+        .bind(conversation)
+        .bind(through)
+        .bind(except_role)
+        .fetch_all(db)
+        .await?;
     records_from_rows(rows)
 }
 

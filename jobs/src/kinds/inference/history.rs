@@ -43,6 +43,55 @@ pub fn record_cost(record: &ConversationRecord) -> usize {
     record_messages(record).iter().map(|m| m.to_string().len()).sum()
 }
 
+/// The role of records that never send anything (`record_messages` is empty for every one
+/// of them): the worker's history read leaves them out in its query.
+pub const EVENT_ROLE: &str = "event";
+
+/// A conversation's history read newest first, record by record, until the window is
+/// known: one record past `budget` ends it. Only records that send something are kept, so
+/// what a turn holds is bounded by the budget (plus one record) however many events or
+/// other silent records the conversation has.
+#[derive(Debug)]
+pub struct HistoryScan {
+    budget: usize,
+    used: usize,
+    newest_first: Vec<ConversationRecord>,
+    newest_sequence: Option<i64>,
+}
+
+impl HistoryScan {
+    pub fn new(budget: usize) -> Self {
+        HistoryScan { budget, used: 0, newest_first: Vec::new(), newest_sequence: None }
+    }
+
+    /// Take the next older record; `false` once the window is complete (read no more).
+    pub fn push(&mut self, record: ConversationRecord) -> bool {
+        self.newest_sequence.get_or_insert(record.sequence);
+        let cost = record_cost(&record);
+        if cost > 0 {
+            self.used += cost;
+            self.newest_first.push(record);
+        }
+        self.used <= self.budget
+    }
+
+    /// The sequence of the newest record read (sent or not).
+    pub fn newest_sequence(&self) -> Option<i64> {
+        self.newest_sequence
+    }
+
+    /// Records held now.
+    pub fn held(&self) -> usize {
+        self.newest_first.len()
+    }
+
+    /// The window's messages, oldest first ([`history_window`]).
+    pub fn into_messages(mut self) -> Vec<Value> {
+        self.newest_first.reverse();
+        history_window(&self.newest_first, self.budget)
+    }
+}
+
 /// The newest whole records (given oldest first) whose cost fits in `budget` bytes,
 /// as messages, oldest first. The window never opens with a tool result (or with
 /// records that send nothing): a result whose call was cut off would be rejected by
@@ -123,6 +172,27 @@ mod tests {
         let records = vec![rec("user", json!("a")), rec("user", json!("x".repeat(500))), rec("user", json!("b"))];
         let w = history_window(&records, record_cost(&records[0]) * 3);
         assert_eq!(w, vec![json!({"role": "user", "content": "b"})]);
+    }
+
+    #[test]
+    fn a_scan_holds_only_records_that_send_something() {
+        let mut scan = HistoryScan::new(1_000);
+        let mut user = rec("user", json!("hello"));
+        user.sequence = 7;
+        let mut newest = rec("event", json!("x".repeat(10_000)));
+        newest.sequence = 100_000;
+        assert!(scan.push(newest));
+        for _ in 0..50_000 {
+            assert!(scan.push(rec("event", json!("x".repeat(1_000)))), "an event costs nothing");
+            assert!(scan.push(rec("tool", json!("no call id"))));
+        }
+        assert_eq!(scan.held(), 0, "silent records are not held");
+        assert!(scan.push(user));
+        assert_eq!(scan.newest_sequence(), Some(100_000), "the newest record read, sent or not");
+        // One record past the budget ends the read; the window is the same as from every record.
+        assert!(!scan.push(rec("user", json!("y".repeat(2_000)))));
+        assert_eq!(scan.held(), 2);
+        assert_eq!(scan.into_messages(), vec![json!({"role": "user", "content": "hello"})]);
     }
 
     #[test]

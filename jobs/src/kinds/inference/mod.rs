@@ -8,7 +8,7 @@
 mod history;
 mod submission;
 
-pub use history::{history_window, record_cost, record_messages};
+pub use history::{EVENT_ROLE, HistoryScan, history_window, record_cost, record_messages};
 pub use submission::{
     InferenceSubmission, MAX_INFERENCE_MESSAGES, MAX_TOOLS, MIN_MAX_OUTPUT_TOKENS, REASONING_EFFORTS,
 };
