@@ -173,11 +173,11 @@ async fn commit(db: &Db, lease: &Lease, batch: Batch<'_>, previous: Option<Commi
             return Ok(signals);
         }
     }
-    if !exports::touch(&mut tx, artifact_id).await? {
+    if !exports::touch(&mut tx, &lease.tenant, artifact_id).await? {
         return Err(gone());
     }
     if let Some(f) = finished
-        && !exports::seal(&mut tx, artifact_id, f).await?
+        && !exports::seal(&mut tx, &lease.tenant, artifact_id, f).await?
     {
         return Err(gone());
     }

@@ -87,23 +87,26 @@ pub fn is_missing_parent(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("23503") | Some("787")))
 }
 
-/// Confirm artifact `id` is still being written, and lock its row against a concurrent
-/// delete until the commit. `false` when it is gone.
-pub async fn touch(tx: &mut Tx, id: &ArtifactId) -> StoreResult<bool> {
-    Ok(query("UPDATE artifacts SET updated_at_ms = $2 WHERE id = $1 AND state = $3")
+/// Confirm `tenant`'s artifact `id` is still being written, and lock its row against a
+/// concurrent delete until the commit. `false` when it is gone. (The id comes from the
+/// export's own checkpoint; the tenant is checked all the same, as every artifact query
+/// is scoped.)
+pub async fn touch(tx: &mut Tx, tenant: &TenantKey, id: &ArtifactId) -> StoreResult<bool> {
+    Ok(query("UPDATE artifacts SET updated_at_ms = $2 WHERE id = $1 AND state = $3 AND tenant = $4")
         .bind(id.as_str())
         .bind(now_ms())
         .bind(state::WRITING)
+        .bind(tenant.as_str())
         .execute(&mut *tx)
         .await?
         == 1)
 }
 
 /// Seal the artifact with its size, digest and counts. `false` when it is gone.
-pub async fn seal(tx: &mut Tx, id: &ArtifactId, finished: &Finished) -> StoreResult<bool> {
+pub async fn seal(tx: &mut Tx, tenant: &TenantKey, id: &ArtifactId, finished: &Finished) -> StoreResult<bool> {
     Ok(query(
         "UPDATE artifacts SET state = $7, size_bytes = $2, digest = $3, messages = $4, entries = $5, \
-         updated_at_ms = $6 WHERE id = $1 AND state = $8",
+         updated_at_ms = $6 WHERE id = $1 AND state = $8 AND tenant = $9",
     )
     .bind(id.as_str())
     .bind(finished.size_bytes as i64)
@@ -113,6 +116,7 @@ pub async fn seal(tx: &mut Tx, id: &ArtifactId, finished: &Finished) -> StoreRes
     .bind(now_ms())
     .bind(state::READY)
     .bind(state::WRITING)
+    .bind(tenant.as_str())
     .execute(&mut *tx)
     .await?
         == 1)
