@@ -65,6 +65,11 @@ pub fn validate_entry(entry: &ContextInsight) -> Result<(), EntryRuleError> {
         )));
     }
     validate_id("provenance.conversationId", &entry.provenance.conversation_id)?;
+    // An artifact refuses a negative time (see below): an entry written with one could be
+    // exported but not read back or imported.
+    if entry.expires_at_ms.is_some_and(|at| at < 0) {
+        return Err(EntryRuleError::Invalid("expiresAtMs must not be negative".into()));
+    }
     Ok(())
 }
 
@@ -80,17 +85,13 @@ pub fn imported_version(version: u64) -> u64 {
     version.max(1)
 }
 
-/// An imported entry: [`validate_entry`], and its `version` and times, which an import
-/// keeps (a time must not be negative, as a message's `createdAtMs` must not: recall's
+/// An imported entry: [`validate_entry`] (which checks `expiresAtMs`), and its `version`
+/// and times, which an import keeps (a time must not be negative, as a message's `createdAtMs` must not: recall's
 /// recency of `updatedAtMs` near `i64::MIN` overflowed).
 pub fn validate_imported_entry(entry: &ContextInsight) -> Result<(), EntryRuleError> {
     validate_entry(entry)?;
-    for (what, at) in [
-        ("createdAtMs", Some(entry.created_at_ms)),
-        ("updatedAtMs", Some(entry.updated_at_ms)),
-        ("expiresAtMs", entry.expires_at_ms),
-    ] {
-        if at.is_some_and(|at| at < 0) {
+    for (what, at) in [("createdAtMs", entry.created_at_ms), ("updatedAtMs", entry.updated_at_ms)] {
+        if at < 0 {
             return Err(EntryRuleError::Invalid(format!("{what} must not be negative")));
         }
     }

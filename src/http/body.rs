@@ -140,9 +140,10 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJ
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        // The same answers as `ApiJson`'s (an oversized body is a 413).
         let bytes = axum::body::Bytes::from_request(req, state)
             .await
-            .map_err(|e| AppError::BadRequest(format!("could not read the request body: {}", e.body_text())))?;
+            .map_err(|e| AppError::from(axum::extract::rejection::JsonRejection::from(e)))?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(OptionalJson(T::default()));
         }

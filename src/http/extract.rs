@@ -27,6 +27,13 @@ impl PathId for ArtifactId {
     }
 }
 
+/// Any segment (a dashboard file's name): only UTF-8 and free of NUL.
+impl PathId for String {
+    fn from_path(segment: &str) -> Result<Self, AppError> {
+        Ok(segment.to_string())
+    }
+}
+
 /// An entry id (a contract resource id).
 pub struct EntryId(pub String);
 

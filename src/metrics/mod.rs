@@ -52,6 +52,14 @@ pub fn status_class(status: u16) -> &'static str {
     }
 }
 
+/// A request's method as a label: the standard ones by name, any other as `other` (a
+/// method is any token a client sends, before authentication: one series each would let
+/// anyone grow the registry without bound).
+fn method_label(method: &axum::http::Method) -> &'static str {
+    const KNOWN: [&str; 9] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "CONNECT", "TRACE"];
+    KNOWN.into_iter().find(|known| *known == method.as_str()).unwrap_or("other")
+}
+
 /// Count and time every request by route template (never the raw path), method and status.
 pub async fn track_http(request: Request, next: Next) -> Response {
     let start = Instant::now();
@@ -60,7 +68,7 @@ pub async fn track_http(request: Request, next: Next) -> Response {
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method()).to_owned();
     let response = next.run(request).await;
     let status = response.status().as_u16();
     // The status code alone: a class is `status=~"5.."` away.

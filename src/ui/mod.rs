@@ -10,12 +10,12 @@
 //! are the API's, unchanged.
 
 use axum::Router;
-use axum::extract::Path;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::http::error::api_error_response;
+use crate::http::extract::IdPath;
 
 /// The dashboard's page (`index.html`).
 pub const UI_PATH: &str = "/ui";
@@ -83,7 +83,7 @@ async fn index() -> Response {
     serve(asset("index.html").expect("index.html is embedded"))
 }
 
-async fn file(Path(name): Path<String>) -> Response {
+async fn file(IdPath(name): IdPath<String>) -> Response {
     match asset(&name) {
         Some(a) => serve(a),
         None => api_error_response(StatusCode::NOT_FOUND, format!("no dashboard file {:?}", truncate(&name))),

@@ -252,6 +252,14 @@ async fn health_and_metrics(app: TestApp) {
         "request counter labelled by route template: {text}"
     );
     assert!(text.contains("context_ops_http_request_duration_seconds_bucket"), "latency histogram");
+    // A method of the client's own making is counted as `other`, not as a series of its own
+    // (anyone could grow the registry, before authentication, one method at a time).
+    let made_up = format!("BREW{}", fastrand::u32(..));
+    let method = reqwest::Method::from_bytes(made_up.as_bytes()).unwrap();
+    app.request(method, "/nowhere").send().await.unwrap();
+    let text = app.metrics().await;
+    assert!(!text.contains(&made_up), "a series for the made-up method {made_up}");
+    assert!(text.contains(r#"route="unmatched",method="other""#), "{text}");
 }
 
 /// Batches of 32 or more messages for one conversation take PostgreSQL's bulk path (binary

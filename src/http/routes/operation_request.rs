@@ -12,9 +12,11 @@ use crate::http::auth::Caller;
 use crate::http::error::{ApiJson, ApiResult, AppError};
 use crate::http::extract::IdPath;
 use crate::http::openapi::errors::{NotFound, ParamErrors};
+use crate::store::operations::OperationRow;
 use context_jobs::contract::schema::Ulid;
 use context_jobs::ids::OperationId;
 use context_jobs::kinds::shown::ShownRequest;
+use context_jobs::operation::OperationRequest;
 
 pub const OPERATION_REQUEST_PATH: &str = "/internal/v1/context/operations/{id}/request";
 
@@ -43,7 +45,11 @@ async fn get_request(
     IdPath(id): IdPath<OperationId>,
 ) -> ApiResult<ApiJson<ShownRequest>> {
     let op = load(&state, &caller, &id).await?;
-    // A stored request that no longer decodes is this service's fault, not the caller's.
-    let request = op.request().map_err(|e| AppError::Internal(anyhow::anyhow!("operation {id}: {e}")))?;
-    Ok(ApiJson(ShownRequest::from(&request)))
+    Ok(ApiJson(ShownRequest::from(&stored_request(&op)?)))
+}
+
+/// The operation's stored request. One that no longer decodes is this service's fault, not
+/// the caller's: a 500, its detail in the log only.
+pub(super) fn stored_request(op: &OperationRow) -> ApiResult<OperationRequest> {
+    op.request().map_err(|e| AppError::Internal(anyhow::anyhow!("operation {}: {e}", op.id)))
 }

@@ -201,7 +201,7 @@ async fn retry(
     let entry = crate::kinds::entry_of(op.kind);
     let default_timeout = state.scheduling.default_timeout_ms.get(op.kind).map(|t| t as i64);
     let schedule = options.resolve(now_ms(), default_timeout).map_err(AppError::BadRequest)?;
-    let effect = (entry.effect)(&op.request()?).unwrap_or(SubmitEffect::None);
+    let effect = (entry.effect)(&super::operation_request::stored_request(&op)?).unwrap_or(SubmitEffect::None);
     if !transitions::requeue(&state.db, &caller.tenant, &id, entry.resumable, &schedule, &effect, true).await? {
         return Err(AppError::Conflict(format!(
             "operation {id} is {}; only a failed or cancelled operation can be retried",

@@ -59,6 +59,11 @@ impl Submitted {
 pub async fn submit(db: &Db, tenant: &TenantKey, new: &NewOperation<'_>) -> StoreResult<Submitted> {
     let fingerprint = new.request.fingerprint_with(new.options);
     let request_json = serde_json::to_string(new.request).map_err(|e| StoreError::Other(e.into()))?;
+    // What is stored must decode again: the stored form wraps a request in its kind's
+    // envelope, a level deeper than the body it came from, so a body at serde_json's depth
+    // limit was accepted and then never read back (not run, not shown, not retried).
+    serde_json::from_str::<OperationRequest>(&request_json)
+        .map_err(|_| StoreError::Invalid("the request is nested too deeply".into()))?;
     let kind = new.request.kind();
     let id = new_operation_id();
     let now = now_ms();

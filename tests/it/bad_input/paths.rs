@@ -23,6 +23,8 @@ async fn unreadable_parameters_answer_api_errors(app: TestApp) {
         ]);
     }
     probes.push((Method::GET, "/internal/v1/context/entries/%FF%FE/history".into()));
+    // The dashboard's files too (public).
+    probes.push((Method::GET, "/ui/%FF%FE".into()));
     // Query strings that do not fit.
     probes.extend([
         (Method::GET, format!("{OPS}?limit=many")),
