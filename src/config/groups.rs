@@ -90,7 +90,8 @@ pub struct QueueConfig {
     pub dispatch_interval_ms: u64,
 
     /// A queued operation pushed this long ago and still not started is pushed again (the
-    /// push may have been lost, e.g. by a Redis restart without persistence).
+    /// push may have been lost, e.g. by a Redis restart without persistence). Work a
+    /// concurrency limit holds is woken instead (`store::operations::dispatch::Repush`).
     #[arg(long, env = "CONTEXT_OPS_REPUSH_AFTER_MS", default_value_t = 60_000)]
     pub repush_after_ms: u64,
 }

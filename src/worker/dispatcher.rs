@@ -1,6 +1,7 @@
 //! Loops every worker process runs beside its queue workers: the dispatcher (re-push
 //! queued operations that were never or long ago pushed, and running ones whose lease
-//! expired — safe with any number of processes, each row is taken by compare-and-set),
+//! expired, and wake kinds whose work a concurrency limit holds — safe with any number of
+//! processes, each row is taken by compare-and-set),
 //! the gauges, pruning of old terminal operations, and the retention sweep.
 
 use std::sync::Arc;

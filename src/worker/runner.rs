@@ -118,7 +118,7 @@ impl Runner {
         let mut claimed = if recover {
             transitions::recover(&self.db, hint, &self.holder, lease_ms).await?
         } else {
-            self.claim_next(kind, lease_ms, &limits).await?
+            self.claim_next(kind, lease_ms, &limits, Some(hint)).await?
         };
         if claimed.is_none() {
             // Nothing to start: another worker took it, it finished, or work is held back.
@@ -132,7 +132,7 @@ impl Runner {
         while let Some(next) = claimed.take() {
             self.run(next).await?;
             if limited && !self.shutdown.is_cancelled() {
-                claimed = self.claim_next(kind, lease_ms, &limits).await?;
+                claimed = self.claim_next(kind, lease_ms, &limits, None).await?;
             }
         }
         Ok(())
@@ -144,8 +144,9 @@ impl Runner {
         kind: ContextOperationKind,
         lease_ms: i64,
         limits: &ClaimLimits,
+        named: Option<&OperationId>,
     ) -> anyhow::Result<Option<Claimed>> {
-        Ok(match transitions::claim_next(&self.db, kind, &self.holder, lease_ms, limits, &self.views).await? {
+        Ok(match transitions::claim_next(&self.db, kind, &self.holder, lease_ms, limits, &self.views, named).await? {
             Next::Claimed(claimed) => Some(*claimed),
             Next::Held(held) => {
                 for (id, tenant) in &held {

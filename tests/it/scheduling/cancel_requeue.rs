@@ -193,7 +193,7 @@ async fn queued_delete(db: &Db, id: &str, conversation: &str) {
 async fn running_delete(db: &Db, id: &str, conversation: &str) -> Claimed {
     queued_delete(db, id, conversation).await;
     let views = ViewCache::default();
-    match claim_next(db, ContextOperationKind::Delete, "worker-1", 15_000, &ClaimLimits::default(), &views)
+    match claim_next(db, ContextOperationKind::Delete, "worker-1", 15_000, &ClaimLimits::default(), &views, None)
         .await
         .unwrap()
     {

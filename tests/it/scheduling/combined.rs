@@ -68,7 +68,7 @@ async fn ten_queued(backend: Backend, dir: &std::path::Path) -> (String, Db) {
 
 /// One claim by worker slot of process `worker-1`: the operation's id and lease token.
 async fn claim(views: Arc<ViewCache>, db: Db) -> (String, String) {
-    match claim_next(&db, DELETE, "worker-1", 15_000, &ClaimLimits::default(), &views).await.unwrap() {
+    match claim_next(&db, DELETE, "worker-1", 15_000, &ClaimLimits::default(), &views, None).await.unwrap() {
         Next::Claimed(claimed) => (claimed.operation.id.as_str().to_owned(), claimed.lease.token),
         _ => panic!("a claim with operations queued found none"),
     }

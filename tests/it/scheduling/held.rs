@@ -1,10 +1,12 @@
-//! Work a full concurrency limit holds back: every held operation shows why, and the
+//! Work a full concurrency limit holds back: each held operation shows why once its own
+//! delivery found the limit full, and the
 //! dispatcher neither pushes it again one by one (thousands of held operations took every
 //! round's places from orphans and new work, and each delivery read the scheduler's view
 //! for nothing) nor forgets it — one operation per limited kind is pushed as a wake-up, at
 //! most once per interval, for a slot freed where no worker went on.
 
 use context_jobs::contract::ContextOperationKind;
+use context_jobs::ids::OperationId;
 use context_ops::store::operations::dispatch::{Repush, take_dispatchable};
 use context_ops::store::operations::transitions::{ClaimLimits, Next, ViewCache, claim_next};
 use context_ops::store::{Db, now_ms, query};
@@ -59,17 +61,30 @@ async fn a_full_limit_marks_every_operation_it_holds(backend: Backend) {
         row(&db, id, tenant, "queued", "queued", now + i as i64, Some(now)).await;
     }
     let limits = ClaimLimits { max_running: Some(1), ..ClaimLimits::default() };
-    let next = claim_next(&db, DELETE, "w", 15_000, &limits, &ViewCache::default()).await.unwrap();
-    let Next::Held(held) = next else { panic!("the limit of one is full") };
-    let mut ids: Vec<_> = held.iter().map(|(id, _)| id.as_str().to_string()).collect();
-    ids.sort();
-    assert_eq!(ids, ["q1", "q2", "q3"], "every held operation changed (and is announced)");
+    let claim = |named: &'static str| {
+        let (db, limits) = (db.clone(), limits.clone());
+        async move {
+            let named = OperationId::from_stored(named);
+            match claim_next(&db, DELETE, "w", 15_000, &limits, &ViewCache::default(), Some(&named)).await.unwrap() {
+                Next::Held(held) => {
+                    let mut ids: Vec<_> = held.iter().map(|(id, _)| id.as_str().to_string()).collect();
+                    ids.sort();
+                    ids
+                }
+                Next::Nothing => Vec::new(),
+                Next::Claimed(c) => panic!("claimed {} past a full limit", c.operation.id),
+            }
+        }
+    };
+    // q3's delivery: the scheduler's head (q1) and q3 say why they wait (and are announced).
+    assert_eq!(claim("q3").await, ["q1", "q3"]);
+    assert_eq!(phases(&db).await[1], ("q2".to_string(), "queued".to_string()), "not yet delivered");
+    // q2's delivery marks q2; a delivery of what says so already changes nothing.
+    assert_eq!(claim("q2").await, ["q2"]);
+    assert!(claim("q3").await.is_empty());
     for (id, phase) in phases(&db).await {
         assert_eq!(phase, "waiting_for_concurrency", "{id}");
     }
-    // Held already: nothing changes, nothing to announce.
-    let next = claim_next(&db, DELETE, "w", 15_000, &limits, &ViewCache::default()).await.unwrap();
-    assert!(matches!(next, Next::Nothing));
 }
 
 async fn held_work_is_woken_not_pushed_again_one_by_one(backend: Backend) {
@@ -94,7 +109,8 @@ async fn held_work_is_woken_not_pushed_again_one_by_one(backend: Backend) {
     // Within the wake-up interval: nothing more.
     assert!(take_dispatchable(&db, &limited, 500).await.unwrap().is_empty());
     // Past it, one more wake-up of the kind, no more.
-    let soon = Repush { wake_every_ms: 0, ..limited.clone() };
+    // (A negative interval: the wake-up just sent counts as long ago, whatever the clock.)
+    let soon = Repush { wake_every_ms: -1_000, ..limited.clone() };
     let again = take_dispatchable(&db, &soon, 500).await.unwrap();
     assert_eq!(again.len(), 1, "one wake-up per kind");
 

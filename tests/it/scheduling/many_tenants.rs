@@ -35,7 +35,7 @@ async fn a_tenant_past_the_first_thousand_is_served(backend: Backend) {
     .unwrap();
     for limits in [ClaimLimits::default(), ClaimLimits { max_running: Some(4), ..ClaimLimits::default() }] {
         let views = ViewCache::default();
-        match claim_next(&db, ContextOperationKind::Delete, "worker-1", 15_000, &limits, &views).await.unwrap() {
+        match claim_next(&db, ContextOperationKind::Delete, "worker-1", 15_000, &limits, &views, None).await.unwrap() {
             Next::Claimed(claimed) => assert_eq!(claimed.operation.id.as_str(), "due"),
             _ => panic!("the due operation of the 1,201st tenant was not claimed ({limits:?})"),
         }
@@ -56,7 +56,7 @@ async fn a_tenant_past_the_first_thousand_is_served(backend: Backend) {
     .await
     .unwrap();
     let views = ViewCache::default();
-    match claim_next(&db, ContextOperationKind::Delete, "worker-1", 15_000, &ClaimLimits::default(), &views)
+    match claim_next(&db, ContextOperationKind::Delete, "worker-1", 15_000, &ClaimLimits::default(), &views, None)
         .await
         .unwrap()
     {

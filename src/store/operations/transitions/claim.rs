@@ -299,7 +299,9 @@ pub enum Next {
 
 /// Claim the next operation of `kind` by fair share for worker `owner` (the core's
 /// `schedule::pick`). Work held back by a pause or a concurrency limit gets the reason as
-/// its phase and stays queued.
+/// its phase and stays queued: the scheduler's head, and under a full limit also `named`,
+/// the operation the delivery named (so each held operation says why once its own delivery
+/// found the limit full).
 pub async fn claim_next(
     db: &Db,
     kind: ContextOperationKind,
@@ -307,6 +309,7 @@ pub async fn claim_next(
     lease_ms: i64,
     limits: &ClaimLimits,
     views: &ViewCache,
+    named: Option<&OperationId>,
 ) -> StoreResult<Next> {
     let limited = limits.max_running.is_some() || limits.max_running_per_tenant.is_some();
     if !limited && let Some(next) = claim_off_cached_view(db, kind, owner, lease_ms, limits, views).await? {
@@ -322,7 +325,7 @@ pub async fn claim_next(
             Pick::Idle => None,
             Pick::Held { hold, head, .. } => {
                 views.put(kind, view.clone());
-                let held = hold_work(db, kind, head, hold).await?;
+                let held = hold_work(db, kind, head, named, hold).await?;
                 return Ok(if held.is_empty() { Next::Nothing } else { Next::Held(held) });
             }
             Pick::Run { tenant, id } => Some((tenant.to_owned(), id.to_owned())),

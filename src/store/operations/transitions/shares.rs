@@ -45,27 +45,35 @@ async fn served(db: &Db, kind: ContextOperationKind, tenant: &str, now: i64) -> 
 
 /// Write why queued work of `kind` waits (its phase), once: nothing changes where it already
 /// says so. A pause: the scheduler's head `head` (a pause marks the rest itself). A full
-/// concurrency limit: every due operation of the kind that no pause holds — nothing of the
-/// kind can start (the scheduler found no tenant under its limits), and each shows why
-/// (the dispatcher leaves them to the wake-ups of `dispatch::take_dispatchable`). The
-/// operations it changed, with their tenants.
+/// concurrency limit: the head and `named`, the operation the delivery named, if it is of
+/// the kind, due and not paused — each held operation is marked by its own delivery (the
+/// dispatcher then leaves it to the wake-ups of `dispatch::take_dispatchable`). Marking
+/// every held row at once read all of the kind's queued rows at every held claim and
+/// announced thousands of changes at once. The operations it changed, with their tenants.
 pub(super) async fn hold(
     db: &Db,
     kind: ContextOperationKind,
     head: &str,
+    named: Option<&OperationId>,
     hold: Hold,
 ) -> StoreResult<Vec<(OperationId, TenantKey)>> {
     let t = Transition::Hold { phase: hold.phase() };
     let mut p = Params::default();
     let (phase_p, now_p) = (p.p(hold.phase()), p.p(now_ms()));
-    let rows = match hold {
+    let rows = match (hold, named) {
         // A pause is re-checked by the statement itself: a resume committed since the
         // scheduler looked must not leave the head marked `paused` (the dispatcher would
         // push it again only after its repush age).
-        Hold::Paused => format!("id = {} AND {}", p.p(head), *PAUSE_HOLDS),
-        Hold::Concurrency => {
-            format!("kind = {} AND not_before_ms <= {now_p} AND NOT {}", p.p(kind.as_str()), *PAUSE_HOLDS)
-        }
+        (Hold::Paused, _) => format!("id = {} AND {}", p.p(head), *PAUSE_HOLDS),
+        // Work a pause holds shows `paused`, not this.
+        (Hold::Concurrency, None) => format!("id = {} AND NOT {}", p.p(head), *PAUSE_HOLDS),
+        (Hold::Concurrency, Some(named)) => format!(
+            "id IN ({}, {}) AND kind = {} AND not_before_ms <= {now_p} AND NOT {}",
+            p.p(head),
+            p.p(named.as_str()),
+            p.p(kind.as_str()),
+            *PAUSE_HOLDS
+        ),
     };
     let sql = format!(
         "UPDATE operations SET phase = {phase_p}, updated_at_ms = {now_p}, version = version + 1 \
