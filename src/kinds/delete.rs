@@ -2,8 +2,8 @@
 //! Each batch deletes, adjusts the conversation's count and records progress in one
 //! transaction fenced by the lease, so a crash resumes with nothing deleted twice or
 //! counted twice. The final batch removes the conversation row and finishes the operation
-//! in the same transaction. Batches walk the conversation by sequence from the checkpoint
-//! (`afterSequence`), one index range each, sized by time (`BatchPacer`).
+//! in the same transaction. Batches walk the conversation by sequence from its first
+//! remaining message, one index range each, sized by time (`BatchPacer`).
 
 use std::time::Instant;
 
@@ -34,7 +34,6 @@ impl Job for Delete {
         let resumed: Option<DeleteCheckpoint> = ctx.checkpoint()?;
         let mut total = ctx.operation.total;
         let fresh = resumed.is_none() && processed == 0;
-        let after = resumed.unwrap_or_default().after_sequence;
         let so_far = |processed: i64| DeleteResult { deleted_messages: processed.max(0) as u64 };
         ctx.before_first_batch().await.map_err(|e| e.with_partial(&so_far(processed)))?;
         // Batches grow while they are quick (`BatchPacer`); each range is a full batch for
@@ -48,13 +47,18 @@ impl Job for Delete {
             let mut tx = ctx.begin().await?;
             if !started {
                 started = true;
+                // From the start, not from the checkpoint's `afterSequence`, on a resumed run
+                // too: what an earlier run deleted is gone (appends are refused meanwhile), but
+                // a retried delete may find the conversation deleted by another and written
+                // again, at lower sequences than its checkpoint — skipped, they were left
+                // without their conversation row and every later append failed on them.
                 if fresh {
                     // Appends are refused while the delete runs, so the count is the total.
                     let count;
-                    (count, first) = deletes::count_and_first_after(&mut tx, tenant, conversation, after).await?;
+                    (count, first) = deletes::count_and_first_after(&mut tx, tenant, conversation, 0).await?;
                     total = count.unwrap_or(0).max(0);
                 } else {
-                    first = deletes::first_after(&mut tx, tenant, conversation, after).await?;
+                    first = deletes::first_after(&mut tx, tenant, conversation, 0).await?;
                 }
             }
             // Nothing after the checkpoint at all (an empty conversation, or a resumed run

@@ -14,10 +14,10 @@ use crate::harness::db::{DEFAULT_TENANT, message_count, seed_conversation};
 use crate::harness::fake_responses::{FakeProvider, Step, completed_text};
 use crate::harness::jwt::{jwt_mode, tenant_token};
 use crate::harness::wait::mid_run;
-use crate::harness::{Backend, TestApp, assert_api_error};
+use crate::harness::{Backend, TestApp, assert_api_error, message};
 use context_jobs::contract::{
     CONTEXT_EXPORT_ARTIFACT_PATH, CONTEXT_EXPORT_PATH, CONTEXT_OPERATIONS_PATH as OPS, ContextOperationState,
-    INFERENCE_PATH,
+    INFERENCE_PATH, MESSAGES_APPEND_PATH,
 };
 
 fn retry_path(id: &str) -> String {
@@ -50,6 +50,33 @@ async fn a_failed_delete_resumes_from_its_checkpoint(backend: Backend) {
     // Terminal and succeeded: not retryable.
     let (status, body) = app.post(&retry_path(&id), &json!({})).await;
     assert_api_error(status, &body, 409);
+}
+
+/// A failed delete retried after another delete removed the conversation and it was written
+/// again (at sequences below the first delete's checkpoint): the retry deletes what is there
+/// now. It resumed from its checkpoint and found nothing after it, removed the conversation
+/// row and succeeded with the new messages left behind, and every later append failed.
+async fn a_retried_delete_deletes_a_conversation_written_again(backend: Backend) {
+    let app = TestApp::start_with(backend, |c| c.worker.batch_size = 10).await;
+    seed_conversation(app.db(), DEFAULT_TENANT, "big", 10_000).await;
+    let id = delete_as(&app, None, "big", json!({"timeoutMs": 400})).await;
+    let failed = app.wait_terminal(&id).await;
+    assert_eq!(failed.error_code.as_deref(), Some("deadline_exceeded"), "{failed:?}");
+    assert!(failed.processed >= 10, "its checkpoint is past the first batch: {failed:?}");
+    let other = delete_as(&app, None, "big", json!({})).await;
+    assert_eq!(app.wait_terminal(&other).await.state, ContextOperationState::Succeeded);
+    let again: Vec<_> = (0..5).map(|i| message("big", &format!("new{i}"), "user", "again")).collect();
+    app.append_records(&again).await;
+
+    let (status, body) = app.post(&retry_path(&id), &json!({})).await;
+    assert_eq!(status, 202, "{body}");
+    let done = app.wait_terminal(&id).await;
+    assert_eq!(done.state, ContextOperationState::Succeeded, "{done:?}");
+    assert_eq!(message_count(app.db(), DEFAULT_TENANT, "big").await, 0, "the conversation's messages are gone");
+    assert_eq!(done.result_json()["deletedMessages"], failed.processed + 5, "{done:?}");
+    let (status, body) =
+        app.post(MESSAGES_APPEND_PATH, &json!({"messages": [message("big", "later", "user", "hi")]})).await;
+    assert_eq!(status, 200, "the conversation takes appends again: {body}");
 }
 
 async fn a_cancelled_export_resumes_its_artifact(backend: Backend) {
@@ -128,6 +155,7 @@ async fn retry_is_refused_where_it_does_not_apply(backend: Backend) {
 
 backend_tests!(
     backend: a_failed_delete_resumes_from_its_checkpoint,
+    a_retried_delete_deletes_a_conversation_written_again,
     a_cancelled_export_resumes_its_artifact,
     inference_starts_over,
     retry_is_refused_where_it_does_not_apply,
