@@ -165,6 +165,13 @@ async fn merge(
     if let Some(stray) = r.expected_versions.keys().find(|k| !seen.contains(k.as_str())) {
         return Err(AppError::BadRequest(format!("expectedVersions names {stray:?}, which is not a source")));
     }
+    // A listed version is compared exactly: 0 (no entry is ever at it) would have meant
+    // "any", as an unlisted source does, so a concurrent update was merged without a 409.
+    if let Some((id, _)) = r.expected_versions.iter().find(|(_, v)| **v == 0) {
+        return Err(AppError::BadRequest(format!(
+            "expectedVersions[{id:?}] must be the entry's current version (>= 1)"
+        )));
+    }
     let merged =
         entry_writes::merge(&state.db, &caller.tenant, &r.source_entry_ids, &r.merged_entry, &r.expected_versions)
             .await?;

@@ -133,6 +133,11 @@ async fn merge_is_all_or_nothing(app: TestApp) {
         )
         .await;
     assert_api_error(status, &body, 409);
+    // A listed 0 is no version an entry is ever at: a 400, not "any version".
+    let (status, body) = app
+        .post(MERGE, &json!({"sourceEntryIds": ["a", "b"], "mergedEntry": merged, "expectedVersions": {"b": 0}}))
+        .await;
+    assert_api_error(status, &body, 400);
     let (_, a) = app.post(GET, &json!({"entryId": "a"})).await;
     assert_eq!((a["version"].as_u64(), a["status"].as_str()), (Some(1), Some("active")));
     let (status, body) = app.post(GET, &json!({"entryId": "ab"})).await;
