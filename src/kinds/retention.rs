@@ -46,7 +46,7 @@ impl Job for Retention {
             let (began, batch) = (Instant::now(), pacer.size());
             let mut tx = ctx.begin().await?;
             let generation = at.conversation_created_at_ms;
-            let (deleted, upper) =
+            let deletes::RetentionBatch { deleted, upper, full } =
                 deletes::retention_batch(&mut tx, tenant, conversation, &at.plan, generation, at.after_sequence, batch)
                     .await?;
             let next = RetentionCheckpoint { after_sequence: upper.unwrap_or(at.after_sequence), ..at };
@@ -57,7 +57,7 @@ impl Job for Retention {
                 checkpoint: Some(encode(&next)?),
             };
             // A short batch is the last: the operation succeeds in its commit.
-            let last = upper.is_none() || deleted != batch;
+            let last = upper.is_none() || !full;
             let finished = last.then(|| so_far(processed + deleted, at.plan));
             let signals = ctx.checkpoint_or_succeed(&mut tx, &progress, finished.as_ref()).await?;
             ctx.commit(tx).await?;

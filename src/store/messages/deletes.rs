@@ -148,9 +148,22 @@ pub async fn plan_retention(
     Ok(PlannedRetention { plan, doomed, created_at_ms })
 }
 
-/// Delete the next batch by `plan` after sequence `after` (and adjust the count): `(deleted,
-/// Some(last sequence deleted))`, or `(0, None)` when nothing is left — also when the
-/// conversation is no longer the one planned for (created at `created_at_ms`).
+/// One retention batch: how many messages it deleted, the last sequence it covered
+/// (`None`: nothing was left — also when the conversation is no longer the one planned
+/// for), and whether it found a whole batch to delete (else it was the last).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionBatch {
+    pub deleted: i64,
+    pub upper: Option<i64>,
+    /// The batch's range held `batch` doomed messages when it was chosen. The last batch
+    /// is told by this, not by how many the delete removed: another deleter committing in
+    /// the range between the two statements (PostgreSQL) made a full batch look short, and
+    /// the operation succeeded with the rest of its plan unapplied.
+    pub full: bool,
+}
+
+/// Delete the next batch by `plan` after sequence `after` (and adjust the count), of a
+/// conversation created at `created_at_ms` (the one planned for).
 pub async fn retention_batch(
     tx: &mut Tx,
     tenant: &TenantKey,
@@ -159,10 +172,10 @@ pub async fn retention_batch(
     created_at_ms: Option<i64>,
     after: i64,
     batch: i64,
-) -> StoreResult<(i64, Option<i64>)> {
+) -> StoreResult<RetentionBatch> {
     let (older, upto) = bounds(plan);
-    let upper: Option<i64> = query(
-        "SELECT max(sequence) FROM (SELECT sequence FROM messages WHERE tenant = $1 AND conversation_id = $2 \
+    let (upper, picked): (Option<i64>, i64) = query(
+        "SELECT max(sequence), COUNT(*) FROM (SELECT sequence FROM messages WHERE tenant = $1 AND conversation_id = $2 \
          AND sequence > $3 AND (created_at_ms < $4 OR sequence <= $5) \
          AND ($7 IS NULL OR EXISTS (SELECT 1 FROM conversations c WHERE c.tenant = $1 AND c.conversation_id = $2 \
            AND c.created_at_ms = $7)) ORDER BY sequence LIMIT $6) b",
@@ -174,9 +187,9 @@ pub async fn retention_batch(
     .bind(upto)
     .bind(batch)
     .bind(created_at_ms)
-    .fetch_scalar(&mut *tx)
+    .fetch_one(&mut *tx)
     .await?;
-    let Some(upper) = upper else { return Ok((0, None)) };
+    let Some(upper) = upper else { return Ok(RetentionBatch { deleted: 0, upper: None, full: false }) };
     let deleted = query(
         "DELETE FROM messages WHERE tenant = $1 AND conversation_id = $2 AND sequence > $3 AND sequence <= $4 \
          AND (created_at_ms < $5 OR sequence <= $6)",
@@ -190,5 +203,5 @@ pub async fn retention_batch(
     .execute(&mut *tx)
     .await? as i64;
     adjust_count(tx, tenant, conversation, deleted).await?;
-    Ok((deleted, Some(upper)))
+    Ok(RetentionBatch { deleted, upper: Some(upper), full: picked >= batch })
 }

@@ -37,7 +37,7 @@ async fn a_plan_for_a_deleted_conversation_spares_its_successor(backend: Backend
     let mut tx = db.begin_write().await.unwrap();
     let done = deletes::retention_batch(&mut tx, &tenant, "c", &planned.plan, Some(created), 0, 1000).await.unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(done, (0, None), "the new conversation's messages are not the plan's");
+    assert_eq!((done.deleted, done.upper), (0, None), "the new conversation's messages are not the plan's");
     let left: i64 = query("SELECT COUNT(*) FROM messages WHERE tenant = 't/p'").fetch_scalar(&db).await.unwrap();
     assert_eq!(left, 50);
 
@@ -47,5 +47,52 @@ async fn a_plan_for_a_deleted_conversation_spares_its_successor(backend: Backend
     let done =
         deletes::retention_batch(&mut tx, &tenant, "c", &planned.plan, planned.created_at_ms, 0, 1000).await.unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(done.0, 40);
+    assert_eq!(done.deleted, 40);
+}
+
+/// PostgreSQL, READ COMMITTED: another deleter commits deletions inside a retention batch's
+/// range between the batch's choice and its delete. The batch deletes fewer than it chose,
+/// but it was a full batch: more may follow (taken for the last, the operation succeeded
+/// with the rest of its plan unapplied).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_another_deleter_thinned_is_still_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::connect(&fresh_database(Backend::Postgres, dir.path()).await, 4).await.unwrap();
+    db.migrate().await.unwrap();
+    let tenant = TenantKey::new("t", "p");
+    let batch: Vec<_> = (0..100).map(|i| message("c", &format!("m{i:03}"), "user", "x")).collect();
+    append(&db, &tenant, &batch).await.unwrap();
+    let policy = RetentionPolicy { max_messages: Some(10), ..RetentionPolicy::default() };
+    let planned = deletes::plan_retention(&db, &tenant, "c", &policy).await.unwrap();
+    let mut other = db.begin_write().await.unwrap();
+    query("DELETE FROM messages WHERE tenant = 't/p' AND sequence IN (3, 4)").execute(&mut other).await.unwrap();
+    let retention = tokio::spawn({
+        let (db, tenant, plan, created) = (db.clone(), tenant.clone(), planned.plan, planned.created_at_ms);
+        async move {
+            let mut tx = db.begin_write().await.unwrap();
+            let done = deletes::retention_batch(&mut tx, &tenant, "c", &plan, created, 0, 10).await.unwrap();
+            tx.commit().await.unwrap();
+            done
+        }
+    });
+    // The batch's delete waits for the other's rows.
+    let waiting = async {
+        loop {
+            let n: i64 = query(
+                "SELECT COUNT(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                 WHERE NOT l.granted AND a.datname = current_database()",
+            )
+            .fetch_scalar(&db)
+            .await
+            .unwrap();
+            if n > 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), waiting).await.expect("the batch never waited");
+    other.commit().await.unwrap();
+    let done = retention.await.unwrap();
+    assert_eq!((done.deleted, done.upper, done.full), (8, Some(10), true));
 }
