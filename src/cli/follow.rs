@@ -41,20 +41,28 @@ pub async fn follow(
     let mut failures = 0;
     while failures < STREAM_ATTEMPTS {
         if timed_out(deadline) {
-            let op = match last {
-                Some(op) => op,
-                None => client.get(&format!("{CONTEXT_OPERATIONS_PATH}/{id}")).await?,
-            };
-            let timed_out = !op.operation.state.is_terminal();
-            return Ok(Followed { op, timed_out });
+            return at_deadline(client, id).await;
         }
+        let seen = version(&last);
         match stream(client, id, deadline, &mut last, bar).await {
+            // What the stream last showed may be old by now: the state at the deadline is
+            // read afresh.
+            Ok(Some(followed)) if followed.timed_out => return at_deadline(client, id).await,
             Ok(Some(followed)) => return Ok(followed),
             // The stream ended without the terminal state (the service shutting down):
-            // connect again, resuming after the last version seen.
-            Ok(None) => failures = 0,
-            Err(e) if e.is_transient() => failures += 1,
-            Err(e @ CliError::Api { status: 404 | 401 | 403, .. }) => return Err(e),
+            // connect again, resuming after the last version seen. One that ends showing
+            // nothing new (a proxy that does not stream) counts as a failure, so the client
+            // backs off and falls back to long-polls instead of reconnecting at once forever.
+            Ok(None) if version(&last) > seen => failures = 0,
+            Ok(None) => failures += 1,
+            Err(e @ CliError::Api { status: 401 | 403, .. }) => return Err(e),
+            // No stream route (an older service, a proxy that does not route it): long-polls,
+            // if the operation itself is there.
+            Err(CliError::Api { status: 404, .. }) => {
+                let op: OperationView = client.get(&format!("{CONTEXT_OPERATIONS_PATH}/{id}")).await?;
+                last = Some(op);
+                break;
+            }
             Err(_) => failures += 1,
         }
         if failures > 0 {
@@ -62,6 +70,17 @@ pub async fn follow(
         }
     }
     long_poll(client, id, deadline, last, bar).await
+}
+
+fn version(op: &Option<OperationView>) -> Option<u64> {
+    op.as_ref().map(|op| op.operation.version)
+}
+
+/// The operation as it stands when the wait gives up.
+async fn at_deadline(client: &Client, id: &str) -> CliResult<Followed> {
+    let op: OperationView = client.get(&format!("{CONTEXT_OPERATIONS_PATH}/{id}")).await?;
+    let timed_out = !op.operation.state.is_terminal();
+    Ok(Followed { op, timed_out })
 }
 
 fn timed_out(deadline: Option<Instant>) -> bool {

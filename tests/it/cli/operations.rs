@@ -5,6 +5,11 @@ use context_jobs::contract::{CONTEXT_OPERATIONS_PATH as OPS, ContextOperationKin
 use context_jobs::operation::view::{OperationList, OperationView};
 use context_ops::config::Role;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::response::IntoResponse as _;
+
 use super::Cli;
 use crate::harness::db::{DEFAULT_TENANT, seed_conversation};
 use crate::harness::{Backend, TestApp};
@@ -150,6 +155,58 @@ async fn wait_falls_back_to_long_polls_when_streams_are_refused(backend: Backend
     assert_eq!(done.operation.state, ContextOperationState::Succeeded);
     assert_eq!(done.operation.result.as_ref().unwrap()["deletedMessages"], 500);
     drop(held);
+}
+
+/// A service (or a proxy in front of it) without the event stream's route answers it 404,
+/// or a proxy that does not stream ends every stream at once: `wait` follows with
+/// long-polls, as for a refused stream (it exited 5 on the 404, and reconnected at once,
+/// without end, to the empty streams).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_falls_back_to_long_polls_where_streams_do_not_work() {
+    let app = TestApp::start(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let id = app.api.submit_delete("gone").await.id;
+    for (stream_status, stream_body) in [(404, r#"{"status":404,"message":"no such route"}"#), (200, "")] {
+        let (url, streams) = proxy(&app.base, stream_status, stream_body).await;
+        let cli = Cli::new(&url, dir.path());
+        let done: OperationView = cli.json(&["wait", id.as_str(), "--timeout", "30s"]).await;
+        assert_eq!(done.operation.state, ContextOperationState::Succeeded, "streams answered {stream_status}");
+        let tries = streams.load(std::sync::atomic::Ordering::Relaxed);
+        assert!((1..=3).contains(&tries), "{tries} stream requests answered {stream_status}");
+    }
+}
+
+/// A proxy to `upstream` that answers every `…/events` with `status` and `body`; its URL,
+/// and how many stream requests it answered.
+async fn proxy(upstream: &str, status: u16, body: &'static str) -> (String, Arc<AtomicUsize>) {
+    let upstream = upstream.to_string();
+    let streams = Arc::new(AtomicUsize::new(0));
+    let counted = streams.clone();
+    let proxy = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let (upstream, counted) = (upstream.clone(), counted.clone());
+        async move {
+            let path = request.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_default();
+            if request.uri().path().ends_with("/events") {
+                counted.fetch_add(1, Ordering::Relaxed);
+                let status = axum::http::StatusCode::from_u16(status).unwrap();
+                return (status, [("content-type", "text/event-stream")], body).into_response();
+            }
+            let mut forward = reqwest::Client::new().request(request.method().clone(), format!("{upstream}{path}"));
+            for (name, value) in request.headers() {
+                if name != axum::http::header::HOST {
+                    forward = forward.header(name, value);
+                }
+            }
+            let body = axum::body::to_bytes(request.into_body(), usize::MAX).await.unwrap();
+            let answer = forward.body(body).send().await.unwrap();
+            let status = answer.status();
+            (status, answer.bytes().await.unwrap()).into_response()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, proxy).await });
+    (url, streams)
 }
 
 backend_tests!(backend:
