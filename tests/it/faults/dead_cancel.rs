@@ -17,16 +17,7 @@ use crate::harness::wait::mid_run;
 use crate::harness::{Backend, OperationExt as _};
 
 async fn a_cancel_sent_while_the_worker_is_dead_stops_the_orphan_before_more_work(backend: Backend) {
-    const TOTAL: i64 = 200_000;
-    let fx = Fixture::new(backend, LEASE_SECS).await;
-    fx.seed("big", TOTAL).await;
-
-    let mut a = fx.env.spawn("serve-a", "serve");
-    a.wait_healthy(HEALTHY_WITHIN).await;
-    let id = a.api.submit_delete("big").await.id;
-    let seen = a.api.wait_until(&id, Duration::from_secs(60), "running", mid_run).await;
-    assert_eq!(seen.state, ContextOperationState::Running, "the delete ended before it could be killed: {seen:?}");
-    a.proc.kill();
+    let (fx, id) = killed_mid_delete(backend).await;
 
     // No process is alive: the cancel (the API's own store call) can only flag the row.
     let tenant = TenantKey::from_stored(DEFAULT_TENANT);
@@ -65,16 +56,7 @@ async fn a_cancel_sent_while_the_worker_is_dead_stops_the_orphan_before_more_wor
 /// phase `paused`) before any further batch (before, it deleted one batch more first), and
 /// the resume finishes it.
 async fn a_pause_made_while_the_worker_is_dead_releases_the_orphan_before_more_work(backend: Backend) {
-    const TOTAL: i64 = 200_000;
-    let fx = Fixture::new(backend, LEASE_SECS).await;
-    fx.seed("big", TOTAL).await;
-
-    let mut a = fx.env.spawn("serve-a", "serve");
-    a.wait_healthy(HEALTHY_WITHIN).await;
-    let id = a.api.submit_delete("big").await.id;
-    let seen = a.api.wait_until(&id, Duration::from_secs(60), "running", mid_run).await;
-    assert_eq!(seen.state, ContextOperationState::Running, "the delete ended before it could be killed: {seen:?}");
-    a.proc.kill();
+    let (fx, id) = killed_mid_delete(backend).await;
     transitions::set_paused(&fx.db, ContextOperationKind::Delete, None, true).await.expect("pause");
     let at_pause = fx.operation(&id).await;
     assert_eq!(at_pause.state, "running", "{at_pause:?}");
@@ -92,6 +74,21 @@ async fn a_pause_made_while_the_worker_is_dead_releases_the_orphan_before_more_w
     assert_eq!(done.result_json()["deletedMessages"], json!(TOTAL), "{done:?}");
     assert_eq!(fx.messages("big").await, 0);
     b.proc.assert_alive();
+}
+
+const TOTAL: i64 = 200_000;
+
+/// A delete of `big` (`TOTAL` messages) whose only process was SIGKILLed mid-run.
+async fn killed_mid_delete(backend: Backend) -> (Fixture, String) {
+    let fx = Fixture::new(backend, LEASE_SECS).await;
+    fx.seed("big", TOTAL).await;
+    let mut a = fx.env.spawn("serve-a", "serve");
+    a.wait_healthy(HEALTHY_WITHIN).await;
+    let id = a.api.submit_delete("big").await.id;
+    let seen = a.api.wait_until(&id, Duration::from_secs(60), "running", mid_run).await;
+    assert_eq!(seen.state, ContextOperationState::Running, "the delete ended before it could be killed: {seen:?}");
+    a.proc.kill();
+    (fx, id)
 }
 
 backend_tests!(backend:

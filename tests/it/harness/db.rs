@@ -118,3 +118,24 @@ pub async fn operation_row(db: &Db, id: &str) -> OpRow {
         .unwrap()
     })
 }
+
+/// Wait (up to 10 s) until a statement of this test's PostgreSQL database waits for a lock
+/// (a race staged on row locks: the other side has its statement in, blocked).
+pub async fn until_a_lock_is_awaited(db: &Db) {
+    let waiting = async {
+        loop {
+            let n: i64 = context_ops::store::query(
+                "SELECT COUNT(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                 WHERE NOT l.granted AND a.datname = current_database()",
+            )
+            .fetch_scalar(db)
+            .await
+            .unwrap();
+            if n > 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), waiting).await.expect("no statement waited for a lock");
+}

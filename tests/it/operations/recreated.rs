@@ -76,22 +76,7 @@ async fn a_batch_another_deleter_thinned_is_still_full() {
         }
     });
     // The batch's delete waits for the other's rows.
-    let waiting = async {
-        loop {
-            let n: i64 = query(
-                "SELECT COUNT(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-                 WHERE NOT l.granted AND a.datname = current_database()",
-            )
-            .fetch_scalar(&db)
-            .await
-            .unwrap();
-            if n > 0 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(10), waiting).await.expect("the batch never waited");
+    crate::harness::db::until_a_lock_is_awaited(&db).await;
     other.commit().await.unwrap();
     let done = retention.await.unwrap();
     assert_eq!((done.deleted, done.upper, done.full), (8, Some(10), true));

@@ -108,22 +108,7 @@ async fn a_cancel_racing_a_return_to_the_queue_is_not_lost() {
         async move { cancel(&db, &tenant, &id).await.unwrap() }
     });
     // The cancel is waiting for the retry's row lock.
-    let waiting = async {
-        loop {
-            let n: i64 = query(
-                "SELECT COUNT(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-                 WHERE NOT l.granted AND a.datname = current_database()",
-            )
-            .fetch_scalar(&db)
-            .await
-            .unwrap();
-            if n > 0 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(10), waiting).await.expect("the cancel never waited");
+    crate::harness::db::until_a_lock_is_awaited(&db).await;
     retry.commit().await.unwrap();
     assert!(cancelling.await.unwrap(), "the cancel found the operation queued and cancelled it");
     let (state, cancel_requested): (String, i64) =
