@@ -112,7 +112,11 @@ export async function render(main, params, ctx) {
     );
     rows.set(op.id, {
       tr,
+      version: op.version,
       update(o) {
+        // A page read may answer after a newer event: never show an older version.
+        if (o.version < this.version) return;
+        this.version = o.version;
         badge.replaceChildren(stateBadge(o.state));
         bar.update(o);
         updated.replaceChildren(time(o.updatedAtMs));
@@ -146,23 +150,28 @@ export async function render(main, params, ctx) {
   const live = el('p', { class: 'live', role: 'status' });
   main.append(el('h1', {}, 'Operations'), form, live, el('div', { class: 'table-wrap' }, table), empty, pager, exportForm(ctx));
 
+  const show = (op) => {
+    const shown = rows.get(op.id);
+    if (shown) {
+      shown.update(op);
+    } else if (!cursor && matches(op, f) && op.createdAtMs >= newest) {
+      // A new operation (the newest): at the top of the first page.
+      body.prepend(drawRow(op));
+      newest = op.createdAtMs;
+      empty.textContent = '';
+    }
+  };
+  // A stream opened without a position starts at the service's position then: what changed
+  // since the page was read came as no event. Read the page again once it is open (oldest
+  // first, so new operations end up newest on top).
+  const catchUp = async () => {
+    const fresh = await api('GET', paths.operations + ctx.query(list));
+    for (const op of [...fresh.items].reverse()) show(op);
+  };
   const streamQuery = ctx.query({ kind: f.kind, tenant: f.tenant });
-  const stop = ctx.stream(
-    paths.operationsEvents + streamQuery,
-    (op) => {
-      const shown = rows.get(op.id);
-      if (shown) {
-        shown.update(op);
-      } else if (!cursor && matches(op, f) && op.createdAtMs >= newest) {
-        // A new operation (the newest): at the top of the first page.
-        body.prepend(drawRow(op));
-        newest = op.createdAtMs;
-        empty.textContent = '';
-      }
-    },
-    (state) => {
-      live.textContent = state === 'open' ? 'Live: rows update as operations change.' : state === 'failed' ? 'Live updates are unavailable; reload to refresh.' : 'Reconnecting for live updates…';
-    },
-  );
+  const stop = ctx.stream(paths.operationsEvents + streamQuery, show, (state) => {
+    live.textContent = state === 'open' ? 'Live: rows update as operations change.' : state === 'failed' ? 'Live updates are unavailable; reload to refresh.' : 'Reconnecting for live updates…';
+    if (state === 'open') catchUp().catch(() => {});
+  });
   return stop;
 }

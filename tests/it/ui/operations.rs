@@ -1,6 +1,7 @@
 //! Operations driven from the dashboard: an export submitted on the Operations page runs
 //! to 100 % on its progress bar and its artifact downloads from the browser with exactly the
-//! API's bytes; a running delete is cancelled from its page and the UI shows `cancelled`.
+//! API's bytes; a running delete is cancelled from its page and the UI shows `cancelled`;
+//! the list catches up on what changed before its event stream opened.
 
 use std::time::Duration;
 
@@ -69,4 +70,14 @@ async fn cancel_a_running_delete_from_the_ui() {
         MESSAGES,
         "what it reports deleted is exactly what is gone: {op:?}"
     );
+}
+
+/// The Operations list catches up when its event stream opens (`tests/ui/list_catch_up.mjs`):
+/// an operation created and finished while the page had no stream shows, succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operations_list_catches_up_when_its_stream_opens() {
+    let ui = UiServer::start(&[("CONTEXT_OPS_MAX_EVENT_STREAMS", "1")]).await;
+    let run = ui.scenario("list_catch_up", &[]).await;
+    let id = run.result["operationId"].as_str().expect("the scenario names its delete");
+    assert_eq!(ui.api().operation(id).await.state, ContextOperationState::Succeeded);
 }
