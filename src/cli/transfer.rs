@@ -53,6 +53,24 @@ where
     }
 }
 
+/// Whether the file's first bytes (up to 4 KiB of its `have`) are the artifact's: a file
+/// to continue must be a partial download of it. Checked before anything is written, so an
+/// `-o` naming some other file leaves it as it was (it was continued, then failed the
+/// digest with the artifact's tail appended to it).
+async fn same_start(ctx: &Ctx, artifact: &str, file: &mut std::fs::File, have: u64) -> CliResult<bool> {
+    let n = have.min(4096) as usize;
+    let mut ours = vec![0; n];
+    file.read_exact(&mut ours).map_err(CliError::io("cannot read the file to continue".to_string()))?;
+    file.seek(SeekFrom::Start(0)).map_err(CliError::io("cannot seek the file to continue".to_string()))?;
+    let request = GetContextExportArtifactChunkRequest { artifact_id: artifact.to_string(), offset: 0, limit: n };
+    let chunk: ContextExportArtifactChunk =
+        retrying(|| ctx.client.post(CONTEXT_EXPORT_ARTIFACT_CHUNK_PATH, &request)).await?;
+    let theirs = STANDARD
+        .decode(chunk.data_base64.as_bytes())
+        .map_err(|e| CliError::Api { status: 200, message: format!("a chunk that is not base64 ({e})") })?;
+    Ok(theirs.len() == n && theirs == ours)
+}
+
 /// What `download --json` prints.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -90,6 +108,14 @@ pub async fn download(ctx: &Ctx, args: &DownloadArgs) -> CliResult<Exit> {
             out.display(),
             info.id,
             info.size_bytes
+        )));
+    }
+    if have > 0 && !same_start(ctx, &info.id, &mut file, have).await? {
+        return Err(CliError::Digest(format!(
+            "{} is not a partial download of artifact {}: its first bytes differ; nothing was written to it \
+             (--restart overwrites it)",
+            out.display(),
+            info.id
         )));
     }
     // The digest covers the whole file: hash what is there, then go on from its end.

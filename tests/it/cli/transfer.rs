@@ -1,6 +1,7 @@
 //! Artifacts and messages from the command line: an export downloaded by a CLI that is
 //! killed part-way and run again (the partial file continues; the digest is checked), a
-//! partial file of other bytes reported as a digest mismatch (exit 7), an upload (and one
+//! file of other bytes refused before anything is written to it and a forged partial file
+//! reported as a digest mismatch (exit 7), an upload (and one
 //! resumed by id), `import --file`, and `append` / `recent` / `search`.
 
 use std::time::Duration;
@@ -64,9 +65,19 @@ async fn an_interrupted_download_continues_and_a_mismatch_is_reported(backend: B
     let again: Value = cli.json(&["download", &artifact, "-o", path]).await;
     assert_eq!(again["resumedFrom"], info.size_bytes);
 
-    // A partial file of other bytes: continued, then the digest does not match.
+    // A file of other bytes is not continued: the mismatch is reported before anything is
+    // written to it (it was continued, the artifact's tail appended, then the digest failed).
     let wrong = dir.path().join("wrong.jsonl");
-    std::fs::write(&wrong, b"{\"type\":\"header\",\"schemaVersion\":9}\n").unwrap();
+    let other = b"{\"type\":\"header\",\"schemaVersion\":9}\n";
+    std::fs::write(&wrong, other).unwrap();
+    let ran = cli.run(&["download", &artifact, "-o", wrong.to_str().unwrap()]).await.expect(DIGEST_MISMATCH);
+    assert!(ran.stderr.contains("is not a partial download of artifact"), "{}", ran.stderr);
+    assert_eq!(std::fs::read(&wrong).unwrap(), other, "the other file is left as it was");
+    // Same first bytes, other bytes after: continued, then the whole file's digest differs.
+    let mut forged = bytes[..bytes.len() / 2].to_vec();
+    let last = forged.len() - 1;
+    forged[last] ^= 1;
+    std::fs::write(&wrong, &forged).unwrap();
     let ran = cli.run(&["download", &artifact, "-o", wrong.to_str().unwrap()]).await.expect(DIGEST_MISMATCH);
     assert!(ran.stderr.contains("does not match artifact"), "{}", ran.stderr);
     assert!(ran.stderr.contains(&digest), "names the expected digest: {}", ran.stderr);
