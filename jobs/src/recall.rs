@@ -67,10 +67,17 @@ pub fn bm25(stats: &Bm25Stats, terms: &[String], tf: &[u32], doc_len: u32) -> f6
         .sum()
 }
 
-/// Term frequencies of `terms` in a document's term list, and its length.
+/// Term frequencies of `terms` in a document's term list, and its length. One pass over
+/// the document: a pass per query term compared 64 terms with every term of up to a
+/// thousand candidates of 64 KiB (~10⁹ comparisons for one recall).
 pub fn term_frequencies(terms: &[String], doc_terms: &[String]) -> (Vec<u32>, u32) {
-    let tf = terms.iter().map(|t| doc_terms.iter().filter(|d| *d == t).count() as u32).collect();
-    (tf, doc_terms.len() as u32)
+    let mut counts: HashMap<&str, u32> = terms.iter().map(|t| (t.as_str(), 0)).collect();
+    for d in doc_terms {
+        if let Some(count) = counts.get_mut(d.as_str()) {
+            *count += 1;
+        }
+    }
+    (terms.iter().map(|t| counts[t.as_str()]).collect(), doc_terms.len() as u32)
 }
 
 pub fn recency(updated_at_ms: i64, now_ms: i64) -> f64 {
@@ -138,6 +145,14 @@ pub fn rank_order(a: (f64, &str), b: (f64, &str)) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn term_frequencies_count_each_query_term_repeats_included() {
+        let words = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        let (tf, len) = term_frequencies(&words("tea green tea x"), &words("green tea tea black tea"));
+        assert_eq!((tf, len), (vec![3, 1, 3, 0], 5));
+        assert_eq!(term_frequencies(&words("a"), &[]), (vec![0], 0));
+    }
 
     fn stats(docs: u64, avg_len: f64, df: &[(&str, u64)]) -> Bm25Stats {
         Bm25Stats { docs, avg_len, df: df.iter().map(|(t, n)| (t.to_string(), *n)).collect() }

@@ -176,7 +176,9 @@ impl RecallIndex {
         self.occupied[i] = false;
         self.total_len -= u64::from(self.len[i]);
         self.live_postings -= self.terms[i].len();
-        self.stale_postings += self.terms[i].len();
+        // An entry without terms counts one: else retiring such entries (each of its own
+        // conversation) never compacted, and the conversation dictionary only grew.
+        self.stale_postings += self.terms[i].len().max(1);
         if self.stale_postings > self.live_postings.max(4096) {
             self.compact();
         }
@@ -394,3 +396,7 @@ impl PartialEq for Ranked<'_> {
     }
 }
 impl Eq for Ranked<'_> {}
+
+#[cfg(test)]
+#[path = "recall_index_tests.rs"]
+mod tests;
