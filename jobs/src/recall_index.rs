@@ -396,7 +396,3 @@ impl PartialEq for Ranked<'_> {
     }
 }
 impl Eq for Ranked<'_> {}
-
-#[cfg(test)]
-#[path = "recall_index_tests.rs"]
-mod tests;

@@ -185,6 +185,23 @@ fn forgotten_terms_and_conversations_leave_the_dictionaries() {
     assert_eq!(search(&index, "kafka", HYBRID, None)[0], "keep");
 }
 
+/// Entries without terms (emoji or stop words only), each in a conversation of its own,
+/// written and removed: their conversations leave the dictionary too (such retirements
+/// left no stale postings, so the index never compacted: 20,001 conversations held before).
+#[test]
+fn entries_without_terms_do_not_grow_the_conversations_forever() {
+    let mut index = RecallIndex::new(DIM);
+    put(&mut index, "keep", 1, "home", "kafka brokers", true, None);
+    for i in 0..20_000 {
+        let id = format!("e{i}");
+        put(&mut index, &id, 1, &format!("c{i}"), "", true, None);
+        index.remove(&id);
+    }
+    let (_, conversations) = index.dictionary_sizes();
+    assert!(conversations <= 8_192, "{conversations} conversations held for one live entry");
+    assert_eq!(search(&index, "kafka", LEXICAL, Some("home")), ["keep"]);
+}
+
 /// A vector read before its entry waits for it; once the caller has read every entry
 /// change committed before it began, one still waiting belongs to a version that left the
 /// index, and is dropped.

@@ -40,24 +40,42 @@ struct Cached {
     used: u64,
 }
 
+/// Indexes built from nothing at once per process (first recalls of many tenants).
+const COLD_BUILDS: usize = 2;
+
 pub struct RecallIndexes {
     model: String,
     dim: usize,
     tenants: Mutex<(HashMap<String, Cached>, u64)>,
+    cold_builds: tokio::sync::Semaphore,
 }
 
 impl RecallIndexes {
     pub fn new(model: &str, dim: usize) -> Self {
-        Self { model: model.to_string(), dim, tenants: Mutex::new((HashMap::new(), 0)) }
+        Self {
+            model: model.to_string(),
+            dim,
+            tenants: Mutex::new((HashMap::new(), 0)),
+            cold_builds: tokio::sync::Semaphore::new(COLD_BUILDS),
+        }
     }
 
     fn slot(&self, tenant: &str) -> (Arc<RwLock<TenantIndex>>, Arc<tokio::sync::Mutex<()>>) {
         let mut guard = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
         let (map, clock) = &mut *guard;
         *clock += 1;
+        // The least recently used index that no recall is syncing goes. One being built or
+        // synced stays: evicted, its recall went on building an index nobody kept (a burst
+        // of first recalls of many tenants built them all at once, past the bound, and the
+        // cache thrashed). While every index is in use the map holds more for a moment; the
+        // cold builds themselves are limited (`COLD_BUILDS`).
         if !map.contains_key(tenant)
             && map.len() >= MAX_TENANTS
-            && let Some(oldest) = map.iter().min_by_key(|(_, c)| c.used).map(|(k, _)| k.clone())
+            && let Some(oldest) = map
+                .iter()
+                .filter(|(_, c)| c.sync.try_lock().is_ok())
+                .min_by_key(|(_, c)| c.used)
+                .map(|(k, _)| k.clone())
         {
             map.remove(&oldest);
         }
@@ -78,6 +96,11 @@ impl RecallIndexes {
         let (mut change_seq, mut vector_seq) = {
             let d = data.read().unwrap_or_else(|p| p.into_inner());
             (d.change_seq, d.vector_seq)
+        };
+        // A build from nothing holds a whole index in the making: a few at a time.
+        let _cold = match change_seq {
+            0 => Some(self.cold_builds.acquire().await.expect("never closed")),
+            _ => None,
         };
         loop {
             let page = reads::entries_changed_after(db, tenant, change_seq, SYNC_PAGE).await?;
@@ -135,5 +158,29 @@ impl RecallIndexes {
             }
         }
         Ok(data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_index_being_synced_is_not_evicted() {
+        let indexes = RecallIndexes::new("m", 8);
+        let (_, busy) = indexes.slot("busy");
+        let syncing = busy.try_lock().unwrap();
+        for i in 0..MAX_TENANTS + 5 {
+            indexes.slot(&format!("t{i}"));
+        }
+        let held = |name: &str| indexes.tenants.lock().unwrap().0.contains_key(name);
+        assert!(held("busy"), "the index being synced was evicted");
+        assert!(!held("t0"), "the least recently used idle one goes");
+        drop(syncing);
+        for i in 0..MAX_TENANTS {
+            indexes.slot(&format!("u{i}"));
+        }
+        assert!(!held("busy"), "once idle, it may go");
+        assert_eq!(indexes.tenants.lock().unwrap().0.len(), MAX_TENANTS);
     }
 }
