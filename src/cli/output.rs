@@ -38,6 +38,13 @@ pub fn time(ms: i64) -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// Server text for a terminal: control characters written as escapes (`\u{1b}`), so a
+/// stored message (or an error quoting one) cannot drive the terminal with escape
+/// sequences. `--json` prints JSON, which escapes them itself.
+fn shown(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect()
+}
+
 fn progress(op: &OperationView) -> String {
     let o = &op.operation;
     if o.total > 0 { format!("{}/{}", o.processed, o.total) } else { o.processed.to_string() }
@@ -48,7 +55,7 @@ pub fn operation(op: &OperationView) {
     let o = &op.operation;
     println!("{}  {}  {}", o.id, o.kind.as_str(), o.state.as_str());
     let line = |key: &str, value: String| println!("  {key:<10} {value}");
-    line("phase", o.phase.clone());
+    line("phase", shown(&o.phase));
     line("progress", progress(op));
     line("attempt", op.attempt.to_string());
     line("created", time(o.created_at_ms));
@@ -63,7 +70,7 @@ pub fn operation(op: &OperationView) {
         line("errorCode", code.clone());
     }
     if let Some(error) = &o.error {
-        line("error", error.clone());
+        line("error", shown(error));
     }
     if let Some(result) = &o.result {
         line("result", result.to_string());
@@ -75,7 +82,7 @@ pub fn operations(list: &OperationList) {
     println!("{:<26}  {:<14}  {:<9}  {:<24}  {:>13}  CREATED", "ID", "KIND", "STATE", "PHASE", "PROGRESS");
     for op in &list.items {
         let o = &op.operation;
-        let phase: String = o.phase.chars().take(24).collect();
+        let phase: String = shown(&o.phase).chars().take(24).collect();
         println!(
             "{:<26}  {:<14}  {:<9}  {phase:<24}  {:>13}  {}",
             o.id,
@@ -90,13 +97,18 @@ pub fn operations(list: &OperationList) {
 /// Messages, one per line: sequence, role, text.
 pub fn messages(items: &[ConversationRecord]) {
     for m in items {
-        let text = context_jobs::contract::content_text(&m.content).replace('\n', " ");
+        let text = shown(&context_jobs::contract::content_text(&m.content).replace('\n', " "));
         println!("{:>6}  {:<9}  {text}", m.sequence, m.role);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(super::shown("red \u{1b}[31mtext\r!\ttab ü"), "red \\u{1b}[31mtext\\u{d}!\\u{9}tab ü");
+    }
+
     #[test]
     fn times_are_utc_calendar_dates() {
         assert_eq!(super::time(0), "1970-01-01T00:00:00Z");
