@@ -41,13 +41,13 @@ pub async fn follow(
     let mut failures = 0;
     while failures < STREAM_ATTEMPTS {
         if timed_out(deadline) {
-            return at_deadline(client, id).await;
+            return at_deadline(client, id, last).await;
         }
         let seen = version(&last);
         match stream(client, id, deadline, &mut last, bar).await {
             // What the stream last showed may be old by now: the state at the deadline is
             // read afresh.
-            Ok(Some(followed)) if followed.timed_out => return at_deadline(client, id).await,
+            Ok(Some(followed)) if followed.timed_out => return at_deadline(client, id, Some(followed.op)).await,
             Ok(Some(followed)) => return Ok(followed),
             // The stream ended without the terminal state (the service shutting down):
             // connect again, resuming after the last version seen. One that ends showing
@@ -76,12 +76,24 @@ fn version(op: &Option<OperationView>) -> Option<u64> {
     op.as_ref().map(|op| op.operation.version)
 }
 
-/// The operation as it stands when the wait gives up.
-async fn at_deadline(client: &Client, id: &str) -> CliResult<Followed> {
-    let op: OperationView = client.get(&format!("{CONTEXT_OPERATIONS_PATH}/{id}")).await?;
+/// The operation as it stands when the wait gives up: read afresh, or, if the service does
+/// not answer that (it is why the wait ran out, perhaps), the last state seen.
+async fn at_deadline(client: &Client, id: &str, last: Option<OperationView>) -> CliResult<Followed> {
+    let path = format!("{CONTEXT_OPERATIONS_PATH}/{id}");
+    let op: OperationView = match last {
+        None => client.get(&path).await?,
+        Some(last) => match tokio::time::timeout(AT_DEADLINE, client.get::<OperationView>(&path)).await {
+            Ok(Ok(op)) => op,
+            Ok(Err(e)) if !e.is_transient() => return Err(e),
+            _ => last,
+        },
+    };
     let timed_out = !op.operation.state.is_terminal();
     Ok(Followed { op, timed_out })
 }
+
+/// How long the read at the deadline may take.
+const AT_DEADLINE: Duration = Duration::from_secs(2);
 
 fn timed_out(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)

@@ -31,9 +31,7 @@ impl Job for Delete {
         let tenant = ctx.tenant();
         let conversation = args.conversation_id.as_str();
         let mut processed = ctx.operation.processed;
-        let resumed: Option<DeleteCheckpoint> = ctx.checkpoint()?;
         let mut total = ctx.operation.total;
-        let fresh = resumed.is_none() && processed == 0;
         let so_far = |processed: i64| DeleteResult { deleted_messages: processed.max(0) as u64 };
         ctx.before_first_batch().await.map_err(|e| e.with_partial(&so_far(processed)))?;
         // Batches grow while they are quick (`BatchPacer`); each range is a full batch for
@@ -52,17 +50,14 @@ impl Job for Delete {
                 // a retried delete may find the conversation deleted by another and written
                 // again, at lower sequences than its checkpoint — skipped, they were left
                 // without their conversation row and every later append failed on them.
-                if fresh {
-                    // Appends are refused while the delete runs, so the count is the total.
-                    let count;
-                    (count, first) = deletes::count_and_first_after(&mut tx, tenant, conversation, 0).await?;
-                    total = count.unwrap_or(0).max(0);
-                } else {
-                    first = deletes::first_after(&mut tx, tenant, conversation, 0).await?;
-                }
+                // Appends are refused while the delete runs, so what is there is what is
+                // left: the total is what was deleted before and that.
+                let count;
+                (count, first) = deletes::count_and_first_after(&mut tx, tenant, conversation, 0).await?;
+                total = processed + count.unwrap_or(0).max(0);
             }
-            // Nothing after the checkpoint at all (an empty conversation, or a resumed run
-            // whose last batch had committed): nothing after the batch either.
+            // Nothing left at all (an empty conversation, or a resumed run whose last batch
+            // had committed): nothing after the batch either.
             let (end, deleted, more) = match first {
                 None => (i64::MAX - 1, 0, false),
                 Some(start) => {

@@ -31,6 +31,8 @@ pub struct TenantIndex {
     pub index: RecallIndex,
     change_seq: i64,
     vector_seq: i64,
+    /// A first sync has completed.
+    built: bool,
 }
 
 struct Cached {
@@ -67,13 +69,13 @@ impl RecallIndexes {
         // The least recently used index that no recall is syncing goes. One being built or
         // synced stays: evicted, its recall went on building an index nobody kept (a burst
         // of first recalls of many tenants built them all at once, past the bound, and the
-        // cache thrashed). While every index is in use the map holds more for a moment; the
-        // cold builds themselves are limited (`COLD_BUILDS`).
-        if !map.contains_key(tenant)
-            && map.len() >= MAX_TENANTS
+        // cache thrashed). While every index is in use the map holds more for a moment (the
+        // next look trims it back); the cold builds themselves are limited (`COLD_BUILDS`).
+        let room = if map.contains_key(tenant) { MAX_TENANTS } else { MAX_TENANTS - 1 };
+        while map.len() > room
             && let Some(oldest) = map
                 .iter()
-                .filter(|(_, c)| c.sync.try_lock().is_ok())
+                .filter(|(name, c)| name.as_str() != tenant && c.sync.try_lock().is_ok())
                 .min_by_key(|(_, c)| c.used)
                 .map(|(k, _)| k.clone())
         {
@@ -81,7 +83,12 @@ impl RecallIndexes {
         }
         let dim = self.dim;
         let cached = map.entry(tenant.to_string()).or_insert_with(|| Cached {
-            data: Arc::new(RwLock::new(TenantIndex { index: RecallIndex::new(dim), change_seq: 0, vector_seq: 0 })),
+            data: Arc::new(RwLock::new(TenantIndex {
+                index: RecallIndex::new(dim),
+                change_seq: 0,
+                vector_seq: 0,
+                built: false,
+            })),
             sync: Arc::new(tokio::sync::Mutex::new(())),
             used: 0,
         });
@@ -97,10 +104,12 @@ impl RecallIndexes {
             let d = data.read().unwrap_or_else(|p| p.into_inner());
             (d.change_seq, d.vector_seq)
         };
-        // A build from nothing holds a whole index in the making: a few at a time.
-        let _cold = match change_seq {
-            0 => Some(self.cold_builds.acquire().await.expect("never closed")),
-            _ => None,
+        // A build from nothing holds a whole index in the making: a few at a time. (Built
+        // once, a tenant without entries is not cold again: its recalls do not queue here.)
+        let built = data.read().unwrap_or_else(|p| p.into_inner()).built;
+        let _cold = match built {
+            false => Some(self.cold_builds.acquire().await.expect("never closed")),
+            true => None,
         };
         loop {
             let page = reads::entries_changed_after(db, tenant, change_seq, SYNC_PAGE).await?;
@@ -154,6 +163,7 @@ impl RecallIndexes {
             }
             d.vector_seq = vector_seq;
             if !page.more {
+                d.built = true;
                 break;
             }
         }
@@ -181,6 +191,15 @@ mod tests {
             indexes.slot(&format!("u{i}"));
         }
         assert!(!held("busy"), "once idle, it may go");
+        assert_eq!(indexes.tenants.lock().unwrap().0.len(), MAX_TENANTS);
+
+        // A burst: every index in use at once. The map holds them all for the moment, and
+        // the next look, once they are idle, trims it back to the bound.
+        let guards: Vec<_> =
+            (0..MAX_TENANTS + 10).map(|i| indexes.slot(&format!("v{i}")).1.try_lock_owned().unwrap()).collect();
+        assert_eq!(indexes.tenants.lock().unwrap().0.len(), MAX_TENANTS + 10);
+        drop(guards);
+        indexes.slot("v0");
         assert_eq!(indexes.tenants.lock().unwrap().0.len(), MAX_TENANTS);
     }
 }

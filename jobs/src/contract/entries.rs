@@ -110,6 +110,7 @@ pub struct MergeContextInsightsRequest {
     pub source_entry_ids: Vec<String>,
     pub merged_entry: ContextInsight,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, crate::contract::schema::EntryVersion>))]
     pub expected_versions: BTreeMap<String, u64>,
 }
 

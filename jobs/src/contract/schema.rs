@@ -30,6 +30,21 @@ impl PartialSchema for ResourceId {
 
 impl ToSchema for ResourceId {}
 
+/// A version an entry is at (`expectedVersions` of a merge): versions start at 1.
+pub struct EntryVersion;
+
+impl PartialSchema for EntryVersion {
+    fn schema() -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Int64)))
+            .minimum(Some(1))
+            .into()
+    }
+}
+
+impl ToSchema for EntryVersion {}
+
 /// A message role.
 pub struct MessageRole;
 

@@ -100,7 +100,7 @@ export async function render(main, params, ctx) {
     const updated = el('td', {}, time(op.updatedAtMs));
     const tr = el(
       'tr',
-      { 'data-id': op.id },
+      { 'data-id': op.id, 'data-created': String(op.createdAtMs) },
       el('td', {}, el('a', { href: `#/operations/${op.id}`, class: 'mono' }, op.id)),
       el('td', {}, op.kind),
       badge,
@@ -162,11 +162,22 @@ export async function render(main, params, ctx) {
     }
   };
   // A stream opened without a position starts at the service's position then: what changed
-  // since the page was read came as no event. Read the page again once it is open (oldest
-  // first, so new operations end up newest on top).
+  // since the page was read came as no event. Read the page again once it is open; what it
+  // shows that the table lacks goes in at its place by creation time (an event for a newer
+  // operation may have come first).
   const catchUp = async () => {
     const fresh = await api('GET', paths.operations + ctx.query(list));
-    for (const op of [...fresh.items].reverse()) show(op);
+    for (const op of fresh.items) {
+      const shown = rows.get(op.id);
+      if (shown) {
+        shown.update(op);
+        continue;
+      }
+      const before = [...body.children].find((tr) => Number(tr.dataset.created) < op.createdAtMs);
+      body.insertBefore(drawRow(op), before ?? null);
+      newest = Math.max(newest, op.createdAtMs);
+      empty.textContent = '';
+    }
   };
   const streamQuery = ctx.query({ kind: f.kind, tenant: f.tenant });
   const stop = ctx.stream(paths.operationsEvents + streamQuery, show, (state) => {

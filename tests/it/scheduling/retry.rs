@@ -74,6 +74,7 @@ async fn a_retried_delete_deletes_a_conversation_written_again(backend: Backend)
     assert_eq!(done.state, ContextOperationState::Succeeded, "{done:?}");
     assert_eq!(message_count(app.db(), DEFAULT_TENANT, "big").await, 0, "the conversation's messages are gone");
     assert_eq!(done.result_json()["deletedMessages"], failed.processed + 5, "{done:?}");
+    assert_eq!(done.total, done.processed, "a full progress bar: {done:?}");
     let (status, body) =
         app.post(MESSAGES_APPEND_PATH, &json!({"messages": [message("big", "later", "user", "hi")]})).await;
     assert_eq!(status, 200, "the conversation takes appends again: {body}");
