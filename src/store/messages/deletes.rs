@@ -19,7 +19,7 @@ pub async fn first_after(tx: &mut Tx, tenant: &TenantKey, conversation: &str, af
         .await?)
 }
 
-/// A fresh delete's start, in one statement: the conversation's message count (`None`
+/// A delete run's start, in one statement: the conversation's message count (`None`
 /// when it does not exist) and its first sequence after `after`.
 pub async fn count_and_first_after(
     tx: &mut Tx,
