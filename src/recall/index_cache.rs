@@ -100,13 +100,12 @@ impl RecallIndexes {
     pub async fn synced(&self, db: &Db, tenant: &TenantKey) -> StoreResult<Arc<RwLock<TenantIndex>>> {
         let (data, sync) = self.slot(tenant.as_str());
         let _one_at_a_time = sync.lock().await;
-        let (mut change_seq, mut vector_seq) = {
+        let (mut change_seq, mut vector_seq, built) = {
             let d = data.read().unwrap_or_else(|p| p.into_inner());
-            (d.change_seq, d.vector_seq)
+            (d.change_seq, d.vector_seq, d.built)
         };
         // A build from nothing holds a whole index in the making: a few at a time. (Built
         // once, a tenant without entries is not cold again: its recalls do not queue here.)
-        let built = data.read().unwrap_or_else(|p| p.into_inner()).built;
         let _cold = match built {
             false => Some(self.cold_builds.acquire().await.expect("never closed")),
             true => None,

@@ -37,7 +37,7 @@ pub fn spawn(
         after_ms: config.queue.repush_after_ms as i64,
         limited: ContextOperationKind::ALL
             .into_iter()
-            .filter(|&k| scheduling.max_running.get(k).is_some() || scheduling.max_running_per_tenant.get(k).is_some())
+            .filter(|&k| super::runner::claim_limits(&scheduling, k).limited())
             .collect(),
         wake_every_ms: config.queue.dispatch_interval_ms as i64,
     };

@@ -81,13 +81,7 @@ impl Runner {
     }
 
     fn limits(&self, kind: ContextOperationKind) -> ClaimLimits {
-        let s = &self.scheduling;
-        let max = |v: Option<u64>| v.map(|v| v.min(u64::from(u32::MAX)) as u32);
-        ClaimLimits {
-            max_running: max(s.max_running.get(kind)),
-            max_running_per_tenant: max(s.max_running_per_tenant.get(kind)),
-            weights: s.weights.clone(),
-        }
+        claim_limits(&self.scheduling, kind)
     }
 
     /// One delivery: recover the named orphan, or start the next operation of the kind by
@@ -114,7 +108,7 @@ impl Runner {
         }
         let lease_ms = self.config.lease().as_millis() as i64;
         let limits = self.limits(kind);
-        let limited = limits.max_running.is_some() || limits.max_running_per_tenant.is_some();
+        let limited = limits.limited();
         let mut claimed = if recover {
             transitions::recover(&self.db, hint, &self.holder, lease_ms).await?
         } else {
@@ -275,6 +269,16 @@ impl Runner {
             }
         }
         Ok(())
+    }
+}
+
+/// The concurrency limits and weights a claim of `kind` works under, from the configuration.
+pub fn claim_limits(s: &Scheduling, kind: ContextOperationKind) -> ClaimLimits {
+    let max = |v: Option<u64>| v.map(|v| v.min(u64::from(u32::MAX)) as u32);
+    ClaimLimits {
+        max_running: max(s.max_running.get(kind)),
+        max_running_per_tenant: max(s.max_running_per_tenant.get(kind)),
+        weights: s.weights.clone(),
     }
 }
 

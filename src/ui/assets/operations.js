@@ -150,16 +150,18 @@ export async function render(main, params, ctx) {
   const live = el('p', { class: 'live', role: 'status' });
   main.append(el('h1', {}, 'Operations'), form, live, el('div', { class: 'table-wrap' }, table), empty, pager, exportForm(ctx));
 
+  // A row the table lacks goes in at its place by creation time (newest first).
+  const insert = (op) => {
+    const before = [...body.children].find((tr) => Number(tr.dataset.created) < op.createdAtMs);
+    body.insertBefore(drawRow(op), before ?? null);
+    newest = Math.max(newest, op.createdAtMs);
+    empty.textContent = '';
+  };
   const show = (op) => {
     const shown = rows.get(op.id);
-    if (shown) {
-      shown.update(op);
-    } else if (!cursor && matches(op, f) && op.createdAtMs >= newest) {
-      // A new operation (the newest): at the top of the first page.
-      body.prepend(drawRow(op));
-      newest = op.createdAtMs;
-      empty.textContent = '';
-    }
+    if (shown) shown.update(op);
+    // A new operation (the newest): at the top of the first page.
+    else if (!cursor && matches(op, f) && op.createdAtMs >= newest) insert(op);
   };
   // A stream opened without a position starts at the service's position then: what changed
   // since the page was read came as no event. Read the page again once it is open; what it
@@ -169,14 +171,8 @@ export async function render(main, params, ctx) {
     const fresh = await api('GET', paths.operations + ctx.query(list));
     for (const op of fresh.items) {
       const shown = rows.get(op.id);
-      if (shown) {
-        shown.update(op);
-        continue;
-      }
-      const before = [...body.children].find((tr) => Number(tr.dataset.created) < op.createdAtMs);
-      body.insertBefore(drawRow(op), before ?? null);
-      newest = Math.max(newest, op.createdAtMs);
-      empty.textContent = '';
+      if (shown) shown.update(op);
+      else insert(op);
     }
   };
   const streamQuery = ctx.query({ kind: f.kind, tenant: f.tenant });

@@ -286,6 +286,13 @@ pub struct ClaimLimits {
     pub weights: Vec<(String, u32)>,
 }
 
+impl ClaimLimits {
+    /// A concurrency limit applies to the kind (all tenants', or each tenant's).
+    pub fn limited(&self) -> bool {
+        self.max_running.is_some() || self.max_running_per_tenant.is_some()
+    }
+}
+
 /// What [`claim_next`] did.
 pub enum Next {
     /// Claimed this operation.
@@ -311,7 +318,7 @@ pub async fn claim_next(
     views: &ViewCache,
     named: Option<&OperationId>,
 ) -> StoreResult<Next> {
-    let limited = limits.max_running.is_some() || limits.max_running_per_tenant.is_some();
+    let limited = limits.limited();
     if !limited && let Some(next) = claim_off_cached_view(db, kind, owner, lease_ms, limits, views).await? {
         return Ok(next);
     }
